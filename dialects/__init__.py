@@ -1,0 +1,46 @@
+"""The hbir and qnt dialects, and the lazy dialect table every tool loads from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.ir import Dialect
+
+
+def _builtin() -> Dialect:
+    from xdsl.dialects.builtin import Builtin
+
+    return Builtin
+
+
+def _func() -> Dialect:
+    from xdsl.dialects.func import Func
+
+    return Func
+
+
+def _hbir() -> Dialect:
+    from hbir.dialects.hbir import HBIR
+
+    return HBIR
+
+
+def _qnt() -> Dialect:
+    from hbir.dialects.qnt import QNT
+
+    return QNT
+
+
+def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
+    """Dialect name -> factory; factories import on first use."""
+    return {"builtin": _builtin, "func": _func, "hbir": _hbir, "qnt": _qnt}
+
+
+def make_context():
+    """A Context that knows builtin, func, hbir and qnt (loaded lazily)."""
+    from xdsl.context import Context
+
+    ctx = Context()
+    for name, factory in get_all_dialects().items():
+        ctx.register_dialect(name, factory)
+    return ctx

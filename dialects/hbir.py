@@ -1,0 +1,1516 @@
+"""The ``hbir`` dialect: tensor operations with PyTorch semantics, NCHW layout.
+
+In ``qat.bc`` every op is float; after convert the arithmetic ops carry integer
+element types (``si8``, ``si16`` operands, ``si32`` accumulators and biases). Integer
+results are computed exactly in int64 and saturate to the result type. Transcendental
+ops exist only in float form: in fixed point they become ``hbir.lut``.
+
+Every op prints in a pretty form (properties in the attribute dictionary) and in
+MLIR's generic form, which MLIR's own tools accept with
+``--allow-unregistered-dialect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    AnyFloat,
+    AnyTensorTypeConstr,
+    BoolAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    Signedness,
+    StringAttr,
+    TensorType,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.irdl import (
+    AnyAttr,
+    AttrSizedOperandSegments,
+    IRDLOperation,
+    ParamAttrConstraint,
+    ParsePropInAttrDict,
+    VarConstraint,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import ConstantLike, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from hbir.dialects import shapes
+
+Value = SSAValue | Operation
+
+# ------------------------------------------------------------------ helpers
+
+
+def si(width: int) -> IntegerType:
+    """The signed integer type ``si<width>`` used for quantized tensors."""
+    return IntegerType(width, Signedness.SIGNED)
+
+
+def ints(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+def i64_attr(value: int) -> IntegerAttr:
+    return IntegerAttr(value, i64)
+
+
+def f64_attr(value: float) -> FloatAttr:
+    return FloatAttr(float(value), f64)
+
+
+def tensor_type(value: Value) -> TensorType:
+    t = SSAValue.get(value).type
+    assert isinstance(t, TensorType), f"expected a tensor, got {t}"
+    return t
+
+
+def shape_of(value: Value) -> tuple[int, ...]:
+    return tuple(tensor_type(value).get_shape())
+
+
+def with_shape(value: Value, shape: Sequence[int], element_type=None) -> TensorType:
+    """The type of ``value`` with a new shape (and optionally element type)."""
+    return TensorType(element_type or tensor_type(value).element_type, list(shape))
+
+
+def is_float(t: Attribute) -> bool:
+    if isinstance(t, TensorType):
+        t = t.element_type
+    return isinstance(t, AnyFloat)
+
+
+def is_int(t: Attribute) -> bool:
+    if isinstance(t, TensorType):
+        t = t.element_type
+    return isinstance(t, IntegerType)
+
+
+def _values(attr: DenseArrayBase) -> tuple[int, ...]:
+    return tuple(attr.get_values())
+
+
+def _expect_shape(op: IRDLOperation, rule, *args) -> None:
+    """Run a shape rule and check it against the op's (first) result type."""
+    try:
+        expected = tuple(rule(*args))
+    except shapes.ShapeError as e:
+        raise VerifyException(str(e)) from None
+    got = tuple(tensor_type(op.results[0]).get_shape())
+    if got != expected:
+        raise VerifyException(f"expected result shape {expected}, got {got}")
+
+
+def _same_element_types(op: IRDLOperation, *values: SSAValue) -> None:
+    types = {str(tensor_type(v).element_type) for v in values}
+    if len(types) > 1:
+        raise VerifyException(f"element types differ: {', '.join(sorted(types))}")
+
+
+UNARY_FORMAT = "$input attr-dict `:` type($output)"
+MAP_FORMAT = "$input attr-dict `:` type($input) `->` type($output)"
+BINARY_FORMAT = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+
+# ------------------------------------------------------------------ constant
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """A tensor constant; large ones print as hex blobs.
+
+    ``%w = hbir.constant dense<[1.0, 2.0]> : tensor<2xf32>``
+    """
+
+    name = "hbir.constant"
+
+    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
+    value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
+    output = result_def(T)
+
+    traits = traits_def(Pure(), ConstantLike())
+    assembly_format = "attr-dict $value"
+
+    def __init__(self, value: DenseIntOrFPElementsAttr):
+        super().__init__(properties={"value": value}, result_types=[value.get_type()])
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+class UnaryOp(IRDLOperation):
+    """Elementwise op whose result has the operand's type."""
+
+    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
+    input = operand_def(T)
+    output = result_def(T)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = UNARY_FORMAT
+
+    def __init__(self, input: Value, properties: dict[str, Attribute] | None = None):
+        super().__init__(
+            operands=[input],
+            result_types=[SSAValue.get(input).type],
+            properties=properties or {},
+        )
+
+
+class FloatUnaryOp(UnaryOp):
+    """Elementwise float op; in fixed point it becomes ``hbir.lut``."""
+
+    def verify_(self) -> None:
+        if not is_float(self.input.type):
+            raise VerifyException(
+                f"input must be float, got {tensor_type(self.input).element_type}; "
+                "integer forms go through hbir.lut"
+            )
+
+
+@irdl_op_definition
+class NegOp(UnaryOp):
+    """``-x``. ``%y = hbir.neg %x : tensor<4xf32>``"""
+
+    name = "hbir.neg"
+
+
+@irdl_op_definition
+class AbsOp(UnaryOp):
+    """``|x|`` (integers saturate). ``%y = hbir.abs %x : tensor<4xsi8>``"""
+
+    name = "hbir.abs"
+
+
+@irdl_op_definition
+class ReluOp(UnaryOp):
+    """``max(x, 0)``. ``%y = hbir.relu %x : tensor<1x8x4x4xf32>``"""
+
+    name = "hbir.relu"
+
+
+@irdl_op_definition
+class ClipOp(UnaryOp):
+    """``min(max(x, min), max)``; integer inputs clip to the rounded bounds.
+
+    ``%y = hbir.clip %x {min = 0.0 : f64, max = 6.0 : f64} : tensor<4xf32>``
+    """
+
+    name = "hbir.clip"
+
+    min = prop_def(FloatAttr)
+    max = prop_def(FloatAttr)
+
+    def __init__(self, input: Value, min: float, max: float):
+        super().__init__(input, {"min": f64_attr(min), "max": f64_attr(max)})
+
+    def verify_(self) -> None:
+        if self.min.value.data > self.max.value.data:
+            raise VerifyException(
+                f"min {self.min.value.data} is greater than max {self.max.value.data}"
+            )
+
+
+@irdl_op_definition
+class LeakyReluOp(FloatUnaryOp):
+    """``x if x >= 0 else slope * x``.
+
+    ``%y = hbir.leaky_relu %x {slope = 0.01 : f64} : tensor<4xf32>``
+    """
+
+    name = "hbir.leaky_relu"
+
+    slope = prop_def(FloatAttr)
+
+    def __init__(self, input: Value, slope: float = 0.01):
+        super().__init__(input, {"slope": f64_attr(slope)})
+
+
+@irdl_op_definition
+class SigmoidOp(FloatUnaryOp):
+    """``1 / (1 + exp(-x))``. ``%y = hbir.sigmoid %x : tensor<4xf32>``"""
+
+    name = "hbir.sigmoid"
+
+
+@irdl_op_definition
+class TanhOp(FloatUnaryOp):
+    """``tanh(x)``. ``%y = hbir.tanh %x : tensor<4xf32>``"""
+
+    name = "hbir.tanh"
+
+
+@irdl_op_definition
+class ExpOp(FloatUnaryOp):
+    """``exp(x)``. ``%y = hbir.exp %x : tensor<4xf32>``"""
+
+    name = "hbir.exp"
+
+
+@irdl_op_definition
+class LogOp(FloatUnaryOp):
+    """Natural log. ``%y = hbir.log %x : tensor<4xf32>``"""
+
+    name = "hbir.log"
+
+
+@irdl_op_definition
+class SqrtOp(FloatUnaryOp):
+    """``sqrt(x)``. ``%y = hbir.sqrt %x : tensor<4xf32>``"""
+
+    name = "hbir.sqrt"
+
+
+@irdl_op_definition
+class RsqrtOp(FloatUnaryOp):
+    """``1 / sqrt(x)``. ``%y = hbir.rsqrt %x : tensor<4xf32>``"""
+
+    name = "hbir.rsqrt"
+
+
+@irdl_op_definition
+class ReciprocalOp(FloatUnaryOp):
+    """``1 / x``. ``%y = hbir.reciprocal %x : tensor<4xf32>``"""
+
+    name = "hbir.reciprocal"
+
+
+@irdl_op_definition
+class SinOp(FloatUnaryOp):
+    """``sin(x)``. ``%y = hbir.sin %x : tensor<4xf32>``"""
+
+    name = "hbir.sin"
+
+
+@irdl_op_definition
+class CosOp(FloatUnaryOp):
+    """``cos(x)``. ``%y = hbir.cos %x : tensor<4xf32>``"""
+
+    name = "hbir.cos"
+
+
+@irdl_op_definition
+class GeluOp(FloatUnaryOp):
+    """GELU, exact (``erf``) or ``tanh`` approximation as in torch.
+
+    ``%y = hbir.gelu %x {approximate = "none"} : tensor<4xf32>``
+    """
+
+    name = "hbir.gelu"
+
+    approximate = prop_def(StringAttr, default_value=StringAttr("none"))
+
+    def __init__(self, input: Value, approximate: str = "none"):
+        super().__init__(input, {"approximate": StringAttr(approximate)})
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.approximate.data not in ("none", "tanh"):
+            raise VerifyException(
+                f"approximate must be 'none' or 'tanh', got {self.approximate.data!r}"
+            )
+
+
+@irdl_op_definition
+class SiluOp(FloatUnaryOp):
+    """``x * sigmoid(x)``. ``%y = hbir.silu %x : tensor<4xf32>``"""
+
+    name = "hbir.silu"
+
+
+@irdl_op_definition
+class HardsigmoidOp(FloatUnaryOp):
+    """``relu6(x + 3) / 6``. ``%y = hbir.hardsigmoid %x : tensor<4xf32>``"""
+
+    name = "hbir.hardsigmoid"
+
+
+@irdl_op_definition
+class HardswishOp(FloatUnaryOp):
+    """``x * relu6(x + 3) / 6``. ``%y = hbir.hardswish %x : tensor<4xf32>``"""
+
+    name = "hbir.hardswish"
+
+
+class BinaryOp(IRDLOperation):
+    """Elementwise op on two operands with numpy/torch broadcasting."""
+
+    lhs = operand_def(AnyTensorTypeConstr)
+    rhs = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = BINARY_FORMAT
+
+    def __init__(self, lhs: Value, rhs: Value, result_type: Attribute | None = None):
+        if result_type is None:
+            result_type = with_shape(lhs, shapes.broadcast(shape_of(lhs), shape_of(rhs)))
+        super().__init__(operands=[lhs, rhs], result_types=[result_type])
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.lhs, self.rhs, self.output)
+        _expect_shape(self, shapes.broadcast, shape_of(self.lhs), shape_of(self.rhs))
+
+
+@irdl_op_definition
+class AddOp(BinaryOp):
+    """``lhs + rhs``.
+
+    ``%z = hbir.add %x, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>``
+    """
+
+    name = "hbir.add"
+
+
+@irdl_op_definition
+class SubOp(BinaryOp):
+    """``lhs - rhs``.
+
+    ``%z = hbir.sub %x, %y : (tensor<4xf32>, tensor<1xf32>) -> tensor<4xf32>``
+    """
+
+    name = "hbir.sub"
+
+
+@irdl_op_definition
+class MulOp(BinaryOp):
+    """``lhs * rhs``.
+
+    ``%z = hbir.mul %x, %y : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>``
+    """
+
+    name = "hbir.mul"
+
+
+@irdl_op_definition
+class DivOp(BinaryOp):
+    """``lhs / rhs`` (float only).
+
+    ``%z = hbir.div %x, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>``
+    """
+
+    name = "hbir.div"
+
+    def verify_(self) -> None:
+        super().verify_()
+        if not is_float(self.lhs.type):
+            raise VerifyException("div is float only; fixed point uses reciprocal + mul")
+
+
+@irdl_op_definition
+class MaximumOp(BinaryOp):
+    """Elementwise maximum.
+
+    ``%z = hbir.maximum %x, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>``
+    """
+
+    name = "hbir.maximum"
+
+
+@irdl_op_definition
+class MinimumOp(BinaryOp):
+    """Elementwise minimum.
+
+    ``%z = hbir.minimum %x, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>``
+    """
+
+    name = "hbir.minimum"
+
+
+# ------------------------------------------------------------------ normalisation
+
+
+@irdl_op_definition
+class SoftmaxOp(IRDLOperation):
+    """Softmax along ``dim`` (float).
+
+    ``%y = hbir.softmax %x {dim = -1 : i64} : tensor<2x8xf32> -> tensor<2x8xf32>``
+    """
+
+    name = "hbir.softmax"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def __init__(self, input: Value, dim: int = -1):
+        super().__init__(
+            operands=[input],
+            result_types=[SSAValue.get(input).type],
+            properties={"dim": i64_attr(dim)},
+        )
+
+    def verify_(self) -> None:
+        if not is_float(self.input.type):
+            raise VerifyException("softmax is float only; fixed point decomposes it")
+        if self.input.type != self.output.type:
+            raise VerifyException("result type must equal the input type")
+        try:
+            shapes.normalize_dim(self.dim.value.data, len(shape_of(self.input)))
+        except shapes.ShapeError as e:
+            raise VerifyException(str(e)) from None
+
+
+@irdl_op_definition
+class LayerNormOp(IRDLOperation):
+    """Layer normalisation over the trailing ``normalized_shape`` dims, as in torch.
+
+    ``%y = hbir.layer_norm %x weight(%g : tensor<8xf32>) bias(%b : tensor<8xf32>)
+    {normalized_shape = array<i64: 8>, eps = 1.0e-05 : f64} : tensor<2x8xf32> ->
+    tensor<2x8xf32>``
+    """
+
+    name = "hbir.layer_norm"
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = opt_operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    normalized_shape = prop_def(DenseArrayBase[I64])
+    eps = prop_def(FloatAttr, default_value=f64_attr(1e-5))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$input (`weight` `(` $weight^ `:` type($weight) `)`)? "
+        "(`bias` `(` $bias^ `:` type($bias) `)`)? attr-dict "
+        "`:` type($input) `->` type($output)"
+    )
+
+    def __init__(
+        self,
+        input: Value,
+        normalized_shape: Sequence[int],
+        weight: Value | None = None,
+        bias: Value | None = None,
+        eps: float = 1e-5,
+    ):
+        super().__init__(
+            operands=[input, weight, bias],
+            result_types=[SSAValue.get(input).type],
+            properties={"normalized_shape": ints(normalized_shape), "eps": f64_attr(eps)},
+        )
+
+    def verify_(self) -> None:
+        if not is_float(self.input.type):
+            raise VerifyException("layer_norm is float only; fixed point decomposes it")
+        x = shape_of(self.input)
+        norm = _values(self.normalized_shape)
+        if not norm or tuple(x[len(x) - len(norm) :]) != norm:
+            raise VerifyException(
+                f"normalized_shape {list(norm)} is not the trailing shape of {x}"
+            )
+        for name, v in (("weight", self.weight), ("bias", self.bias)):
+            if v is not None and shape_of(v) != norm:
+                raise VerifyException(f"{name} has shape {shape_of(v)}, expected {norm}")
+        if self.input.type != self.output.type:
+            raise VerifyException("result type must equal the input type")
+
+
+# ------------------------------------------------------------------ reductions
+
+
+class ReduceOp(IRDLOperation):
+    """Reduction over ``dims``; ``keepdim`` keeps them as size 1."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dims = prop_def(DenseArrayBase[I64])
+    keepdim = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def __init__(
+        self,
+        input: Value,
+        dims: Sequence[int],
+        keepdim: bool = False,
+        result_type: Attribute | None = None,
+    ):
+        if result_type is None:
+            result_type = with_shape(input, shapes.reduce(shape_of(input), dims, keepdim))
+        super().__init__(
+            operands=[input],
+            result_types=[result_type],
+            properties={"dims": ints(dims), "keepdim": BoolAttr.from_bool(keepdim)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _expect_shape(
+            self,
+            shapes.reduce,
+            shape_of(self.input),
+            _values(self.dims),
+            self.keepdim.value.data,
+        )
+
+
+@irdl_op_definition
+class ReduceSumOp(ReduceOp):
+    """Sum over ``dims`` (integers: exact, then saturate).
+
+    ``%y = hbir.reduce_sum %x {dims = array<i64: 1>} : tensor<2x8xf32> -> tensor<2xf32>``
+    """
+
+    name = "hbir.reduce_sum"
+
+
+@irdl_op_definition
+class ReduceMeanOp(ReduceOp):
+    """Mean over ``dims`` (integers: exact sum, one half-to-even division).
+
+    ``%y = hbir.reduce_mean %x {dims = array<i64: -1>, keepdim = true} :
+    tensor<2x8xf32> -> tensor<2x1xf32>``
+    """
+
+    name = "hbir.reduce_mean"
+
+
+@irdl_op_definition
+class ReduceMaxOp(ReduceOp):
+    """Maximum over ``dims``.
+
+    ``%y = hbir.reduce_max %x {dims = array<i64: 0>} : tensor<2x8xf32> -> tensor<8xf32>``
+    """
+
+    name = "hbir.reduce_max"
+
+
+# ------------------------------------------------------------------ conv / gemm
+
+
+def _check_gemm_types(
+    op: IRDLOperation, operands: Sequence[SSAValue], bias: SSAValue | None
+) -> None:
+    """Float: all float and equal. Integer: si8/si16 operands, si32 bias, si32 result."""
+    out = tensor_type(op.results[0]).element_type
+    if all(is_float(v.type) for v in operands):
+        _same_element_types(op, *operands, op.results[0])
+        if bias is not None:
+            _same_element_types(op, operands[0], bias)
+        return
+    for v, name in zip(operands, ("input", "weight"), strict=False):
+        t = tensor_type(v).element_type
+        if t not in (si(8), si(16)):
+            raise VerifyException(f"integer {name} must be si8 or si16, got {t}")
+    if bias is not None and tensor_type(bias).element_type != si(32):
+        raise VerifyException(
+            f"integer bias must be si32, got {tensor_type(bias).element_type}"
+        )
+    if out != si(32):
+        raise VerifyException(f"integer accumulation result must be si32, got {out}")
+
+
+@irdl_op_definition
+class Conv2dOp(IRDLOperation):
+    """2-D convolution: NCHW input, OIHW weight, optional bias, torch semantics.
+
+    Integer form: si8/si16 input and weight, si32 bias, exact si32 accumulator.
+
+    ``%y = hbir.conv2d %x, %w bias(%b) {stride = array<i64: 1, 1>, padding =
+    array<i64: 1, 1>, dilation = array<i64: 1, 1>, groups = 1 : i64} :
+    (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>``
+    """
+
+    name = "hbir.conv2d"
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $weight (`bias` `(` $bias^ `)`)? attr-dict "
+        "`:` functional-type(operands, results)"
+    )
+
+    def __init__(
+        self,
+        input: Value,
+        weight: Value,
+        bias: Value | None = None,
+        stride: Sequence[int] = (1, 1),
+        padding: Sequence[int] = (0, 0),
+        dilation: Sequence[int] = (1, 1),
+        groups: int = 1,
+        result_type: Attribute | None = None,
+    ):
+        if result_type is None:
+            shape = shapes.conv2d(
+                shape_of(input), shape_of(weight), stride, padding, dilation, groups
+            )
+            element = None if is_float(SSAValue.get(input).type) else si(32)
+            result_type = with_shape(input, shape, element)
+        super().__init__(
+            operands=[input, weight, bias],
+            result_types=[result_type],
+            properties={
+                "stride": ints(stride),
+                "padding": ints(padding),
+                "dilation": ints(dilation),
+                "groups": i64_attr(groups),
+            },
+        )
+
+    def verify_(self) -> None:
+        _check_gemm_types(self, [self.input, self.weight], self.bias)
+        _expect_shape(
+            self,
+            shapes.conv2d,
+            shape_of(self.input),
+            shape_of(self.weight),
+            _values(self.stride),
+            _values(self.padding),
+            _values(self.dilation),
+            self.groups.value.data,
+        )
+        if self.bias is not None and shape_of(self.bias) != (shape_of(self.weight)[0],):
+            raise VerifyException(
+                f"bias has shape {shape_of(self.bias)}, "
+                f"expected ({shape_of(self.weight)[0]},)"
+            )
+
+
+@irdl_op_definition
+class ConvTranspose2dOp(IRDLOperation):
+    """Transposed 2-D convolution, weight ``(C_in, C_out / groups, kH, kW)``.
+
+    ``%y = hbir.conv_transpose2d %x, %w {stride = array<i64: 2, 2>, padding =
+    array<i64: 0, 0>, output_padding = array<i64: 0, 0>, dilation = array<i64: 1,
+    1>} : (tensor<1x4x4x4xf32>, tensor<4x2x2x2xf32>) -> tensor<1x2x8x8xf32>``
+    """
+
+    name = "hbir.conv_transpose2d"
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    output_padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = Conv2dOp.assembly_format
+
+    def __init__(
+        self,
+        input: Value,
+        weight: Value,
+        bias: Value | None = None,
+        stride: Sequence[int] = (1, 1),
+        padding: Sequence[int] = (0, 0),
+        output_padding: Sequence[int] = (0, 0),
+        dilation: Sequence[int] = (1, 1),
+        groups: int = 1,
+        result_type: Attribute | None = None,
+    ):
+        if result_type is None:
+            shape = shapes.conv_transpose2d(
+                shape_of(input),
+                shape_of(weight),
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                groups,
+            )
+            element = None if is_float(SSAValue.get(input).type) else si(32)
+            result_type = with_shape(input, shape, element)
+        super().__init__(
+            operands=[input, weight, bias],
+            result_types=[result_type],
+            properties={
+                "stride": ints(stride),
+                "padding": ints(padding),
+                "output_padding": ints(output_padding),
+                "dilation": ints(dilation),
+                "groups": i64_attr(groups),
+            },
+        )
+
+    def verify_(self) -> None:
+        _check_gemm_types(self, [self.input, self.weight], self.bias)
+        _expect_shape(
+            self,
+            shapes.conv_transpose2d,
+            shape_of(self.input),
+            shape_of(self.weight),
+            _values(self.stride),
+            _values(self.padding),
+            _values(self.output_padding),
+            _values(self.dilation),
+            self.groups.value.data,
+        )
+        channels = shape_of(self.output)[1]
+        if self.bias is not None and shape_of(self.bias) != (channels,):
+            raise VerifyException(
+                f"bias has shape {shape_of(self.bias)}, expected ({channels},)"
+            )
+
+
+@irdl_op_definition
+class LinearOp(IRDLOperation):
+    """``y = x @ weight^T (+ bias)`` over the last dim.
+
+    ``%y = hbir.linear %x, %w bias(%b) : (tensor<2x8xf32>, tensor<4x8xf32>,
+    tensor<4xf32>) -> tensor<2x4xf32>``
+    """
+
+    name = "hbir.linear"
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$input `,` $weight (`bias` `(` $bias^ `)`)? attr-dict "
+        "`:` functional-type(operands, results)"
+    )
+
+    def __init__(
+        self,
+        input: Value,
+        weight: Value,
+        bias: Value | None = None,
+        result_type: Attribute | None = None,
+    ):
+        if result_type is None:
+            shape = shapes.linear(shape_of(input), shape_of(weight))
+            element = None if is_float(SSAValue.get(input).type) else si(32)
+            result_type = with_shape(input, shape, element)
+        super().__init__(operands=[input, weight, bias], result_types=[result_type])
+
+    def verify_(self) -> None:
+        _check_gemm_types(self, [self.input, self.weight], self.bias)
+        _expect_shape(self, shapes.linear, shape_of(self.input), shape_of(self.weight))
+        if self.bias is not None and shape_of(self.bias) != (shape_of(self.weight)[0],):
+            raise VerifyException(
+                f"bias has shape {shape_of(self.bias)}, "
+                f"expected ({shape_of(self.weight)[0]},)"
+            )
+
+
+@irdl_op_definition
+class MatmulOp(IRDLOperation):
+    """Batched matrix product with broadcast batch dims (torch.matmul, rank >= 2).
+
+    ``%z = hbir.matmul %a, %b : (tensor<2x4x8xf32>, tensor<8x3xf32>) ->
+    tensor<2x4x3xf32>``
+    """
+
+    name = "hbir.matmul"
+
+    lhs = operand_def(AnyTensorTypeConstr)
+    rhs = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = BINARY_FORMAT
+
+    def __init__(self, lhs: Value, rhs: Value, result_type: Attribute | None = None):
+        if result_type is None:
+            shape = shapes.matmul(shape_of(lhs), shape_of(rhs))
+            element = None if is_float(SSAValue.get(lhs).type) else si(32)
+            result_type = with_shape(lhs, shape, element)
+        super().__init__(operands=[lhs, rhs], result_types=[result_type])
+
+    def verify_(self) -> None:
+        _check_gemm_types(self, [self.lhs, self.rhs], None)
+        _expect_shape(self, shapes.matmul, shape_of(self.lhs), shape_of(self.rhs))
+
+
+# ------------------------------------------------------------------ pooling / resize
+
+
+class Pool2dOp(IRDLOperation):
+    """2-D pooling over NCHW with torch's window and ceil_mode rules."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    kernel = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def _dilation(self) -> tuple[int, int]:
+        return (1, 1)
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _expect_shape(
+            self,
+            shapes.pool2d,
+            shape_of(self.input),
+            _values(self.kernel),
+            _values(self.stride),
+            _values(self.padding),
+            self._dilation(),
+            self.ceil_mode.value.data,
+        )
+
+
+@irdl_op_definition
+class MaxPool2dOp(Pool2dOp):
+    """Max pooling (exact in any element type).
+
+    ``%y = hbir.max_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2,
+    2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} :
+    tensor<1x4x8x8xf32> -> tensor<1x4x4x4xf32>``
+    """
+
+    name = "hbir.max_pool2d"
+
+    dilation = prop_def(DenseArrayBase[I64])
+
+    def __init__(
+        self,
+        input: Value,
+        kernel: Sequence[int],
+        stride: Sequence[int] | None = None,
+        padding: Sequence[int] = (0, 0),
+        dilation: Sequence[int] = (1, 1),
+        ceil_mode: bool = False,
+    ):
+        stride = kernel if stride is None else stride
+        shape = shapes.pool2d(shape_of(input), kernel, stride, padding, dilation, ceil_mode)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape)],
+            properties={
+                "kernel": ints(kernel),
+                "stride": ints(stride),
+                "padding": ints(padding),
+                "dilation": ints(dilation),
+                "ceil_mode": BoolAttr.from_bool(ceil_mode),
+            },
+        )
+
+    def _dilation(self) -> tuple[int, int]:
+        return _values(self.dilation)
+
+
+@irdl_op_definition
+class AvgPool2dOp(Pool2dOp):
+    """Average pooling; integers: exact window sum, one half-to-even division.
+
+    ``%y = hbir.avg_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2,
+    2>, padding = array<i64: 0, 0>} : tensor<1x4x8x8xf32> -> tensor<1x4x4x4xf32>``
+    """
+
+    name = "hbir.avg_pool2d"
+
+    count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+
+    def __init__(
+        self,
+        input: Value,
+        kernel: Sequence[int],
+        stride: Sequence[int] | None = None,
+        padding: Sequence[int] = (0, 0),
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ):
+        stride = kernel if stride is None else stride
+        shape = shapes.pool2d(shape_of(input), kernel, stride, padding, (1, 1), ceil_mode)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape)],
+            properties={
+                "kernel": ints(kernel),
+                "stride": ints(stride),
+                "padding": ints(padding),
+                "ceil_mode": BoolAttr.from_bool(ceil_mode),
+                "count_include_pad": BoolAttr.from_bool(count_include_pad),
+            },
+        )
+
+
+@irdl_op_definition
+class GlobalAvgPool2dOp(IRDLOperation):
+    """Mean over H and W: ``N x C x H x W -> N x C x 1 x 1``.
+
+    ``%y = hbir.global_avg_pool2d %x : tensor<1x4x8x8xf32> -> tensor<1x4x1x1xf32>``
+    """
+
+    name = "hbir.global_avg_pool2d"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = MAP_FORMAT
+
+    def __init__(self, input: Value):
+        n, c = shape_of(input)[:2]
+        super().__init__(operands=[input], result_types=[with_shape(input, (n, c, 1, 1))])
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        x = shape_of(self.input)
+        if len(x) != 4:
+            raise VerifyException(f"input has {len(x)} dims, expected 4")
+        if shape_of(self.output) != (x[0], x[1], 1, 1):
+            raise VerifyException(
+                f"expected result shape {(x[0], x[1], 1, 1)}, got {shape_of(self.output)}"
+            )
+
+
+@irdl_op_definition
+class Resize2dOp(IRDLOperation):
+    """Resize H and W to ``size`` (torch ``interpolate``: nearest or bilinear).
+
+    ``%y = hbir.resize2d %x {size = array<i64: 16, 16>, mode = "bilinear",
+    align_corners = false} : tensor<1x4x8x8xf32> -> tensor<1x4x16x16xf32>``
+    """
+
+    name = "hbir.resize2d"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    size = prop_def(DenseArrayBase[I64])
+    mode = prop_def(StringAttr, default_value=StringAttr("nearest"))
+    align_corners = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    MODES: ClassVar = ("nearest", "bilinear")
+
+    def __init__(
+        self,
+        input: Value,
+        size: Sequence[int],
+        mode: str = "nearest",
+        align_corners: bool = False,
+    ):
+        shape = shapes.resize2d(shape_of(input), size)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape)],
+            properties={
+                "size": ints(size),
+                "mode": StringAttr(mode),
+                "align_corners": BoolAttr.from_bool(align_corners),
+            },
+        )
+
+    def verify_(self) -> None:
+        if self.mode.data not in self.MODES:
+            raise VerifyException(f"mode must be one of {self.MODES}, got {self.mode.data!r}")
+        if self.align_corners.value.data and self.mode.data == "nearest":
+            raise VerifyException("align_corners applies only to bilinear mode")
+        _same_element_types(self, self.input, self.output)
+        _expect_shape(self, shapes.resize2d, shape_of(self.input), _values(self.size))
+
+
+# ------------------------------------------------------------------ data movement
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    """Concatenation along ``dim``.
+
+    ``%z = hbir.concat %x, %y {dim = 1 : i64} : (tensor<1x2x4x4xf32>,
+    tensor<1x3x4x4xf32>) -> tensor<1x5x4x4xf32>``
+    """
+
+    name = "hbir.concat"
+
+    inputs = var_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$inputs attr-dict `:` functional-type($inputs, results)"
+
+    def __init__(self, inputs: Sequence[Value], dim: int):
+        shape = shapes.concat([shape_of(v) for v in inputs], dim)
+        super().__init__(
+            operands=[list(inputs)],
+            result_types=[with_shape(inputs[0], shape)],
+            properties={"dim": i64_attr(dim)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, *self.inputs, self.output)
+        _expect_shape(
+            self, shapes.concat, [shape_of(v) for v in self.inputs], self.dim.value.data
+        )
+
+
+@irdl_op_definition
+class SliceOp(IRDLOperation):
+    """Strided slice ``x[begin:end:step]`` per dimension (ends clamp to the size).
+
+    ``%y = hbir.slice %x {begin = array<i64: 0, 2>, end = array<i64: 2, 8>, step =
+    array<i64: 1, 2>} : tensor<2x8xf32> -> tensor<2x3xf32>``
+    """
+
+    name = "hbir.slice"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    begin = prop_def(DenseArrayBase[I64])
+    end = prop_def(DenseArrayBase[I64])
+    step = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def __init__(
+        self,
+        input: Value,
+        begin: Sequence[int],
+        end: Sequence[int],
+        step: Sequence[int] | None = None,
+    ):
+        step = [1] * len(begin) if step is None else step
+        shape = shapes.slice_(shape_of(input), begin, end, step)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape)],
+            properties={"begin": ints(begin), "end": ints(end), "step": ints(step)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _expect_shape(
+            self,
+            shapes.slice_,
+            shape_of(self.input),
+            _values(self.begin),
+            _values(self.end),
+            _values(self.step),
+        )
+
+
+@irdl_op_definition
+class SplitOp(IRDLOperation):
+    """Split along ``dim`` into pieces of ``sizes``.
+
+    ``%a, %b = hbir.split %x {sizes = array<i64: 3, 5>, dim = 1 : i64} :
+    (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>)``
+    """
+
+    name = "hbir.split"
+
+    input = operand_def(AnyTensorTypeConstr)
+    outputs = var_result_def(AnyTensorTypeConstr)
+    sizes = prop_def(DenseArrayBase[I64])
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, input: Value, sizes: Sequence[int], dim: int):
+        pieces = shapes.split(shape_of(input), sizes, dim)
+        super().__init__(
+            operands=[input],
+            result_types=[[with_shape(input, s) for s in pieces]],
+            properties={"sizes": ints(sizes), "dim": i64_attr(dim)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, *self.outputs)
+        try:
+            expected = shapes.split(
+                shape_of(self.input), _values(self.sizes), self.dim.value.data
+            )
+        except shapes.ShapeError as e:
+            raise VerifyException(str(e)) from None
+        got = [shape_of(v) for v in self.outputs]
+        if got != expected:
+            raise VerifyException(f"expected result shapes {expected}, got {got}")
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """Reshape to the result type's shape (same element count, row-major order).
+
+    ``%y = hbir.reshape %x : tensor<1x4x2x2xf32> -> tensor<1x16xf32>``
+    """
+
+    name = "hbir.reshape"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = MAP_FORMAT
+
+    def __init__(self, input: Value, shape: Sequence[int]):
+        target = shapes.reshape(shape_of(input), shape)
+        super().__init__(operands=[input], result_types=[with_shape(input, target)])
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _expect_shape(self, shapes.reshape, shape_of(self.input), shape_of(self.output))
+
+
+@irdl_op_definition
+class TransposeOp(IRDLOperation):
+    """Permute dimensions: ``y.shape[i] = x.shape[perm[i]]``.
+
+    ``%y = hbir.transpose %x {perm = array<i64: 0, 2, 3, 1>} : tensor<1x4x2x3xf32>
+    -> tensor<1x2x3x4xf32>``
+    """
+
+    name = "hbir.transpose"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    perm = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def __init__(self, input: Value, perm: Sequence[int]):
+        shape = shapes.transpose(shape_of(input), perm)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape)],
+            properties={"perm": ints(perm)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _expect_shape(self, shapes.transpose, shape_of(self.input), _values(self.perm))
+
+
+@irdl_op_definition
+class PadOp(IRDLOperation):
+    """Constant padding with ``low`` / ``high`` amounts per dimension.
+
+    ``%y = hbir.pad %x {low = array<i64: 0, 1>, high = array<i64: 0, 2>, value =
+    0.0 : f64} : tensor<2x4xf32> -> tensor<2x7xf32>``
+    """
+
+    name = "hbir.pad"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    low = prop_def(DenseArrayBase[I64])
+    high = prop_def(DenseArrayBase[I64])
+    value = prop_def(FloatAttr, default_value=f64_attr(0.0))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def __init__(
+        self, input: Value, low: Sequence[int], high: Sequence[int], value: float = 0.0
+    ):
+        shape = shapes.pad(shape_of(input), low, high)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape)],
+            properties={"low": ints(low), "high": ints(high), "value": f64_attr(value)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _expect_shape(
+            self, shapes.pad, shape_of(self.input), _values(self.low), _values(self.high)
+        )
+
+
+@irdl_op_definition
+class CastOp(IRDLOperation):
+    """Element type conversion as torch ``.to(dtype)``.
+
+    float -> int truncates toward zero and saturates; int -> int saturates.
+
+    ``%y = hbir.cast %x : tensor<4xsi8> -> tensor<4xf32>``
+    """
+
+    name = "hbir.cast"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = MAP_FORMAT
+
+    def __init__(self, input: Value, element_type: Attribute):
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape_of(input), element_type)],
+        )
+
+    def verify_(self) -> None:
+        if shape_of(self.input) != shape_of(self.output):
+            raise VerifyException(
+                f"cast keeps the shape: {shape_of(self.input)} vs {shape_of(self.output)}"
+            )
+
+
+# ------------------------------------------------------------------ fixed point
+
+
+@irdl_op_definition
+class LutOp(IRDLOperation):
+    """Table lookup on int8 codes: ``y = table[x + 128]`` (256 entries).
+
+    Produced by convert from the float nonlinear ops; the table is exact by
+    construction (``table[q] = quantize(f(q * s_in), s_out)``).
+
+    ``%y = hbir.lut %x {table = dense<...> : tensor<256xsi8>} : tensor<4xsi8> ->
+    tensor<4xsi8>``
+    """
+
+    name = "hbir.lut"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    table = prop_def(DenseIntOrFPElementsAttr)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def __init__(self, input: Value, table: DenseIntOrFPElementsAttr):
+        element = table.get_type().element_type
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape_of(input), element)],
+            properties={"table": table},
+        )
+
+    def verify_(self) -> None:
+        x = tensor_type(self.input).element_type
+        if x != si(8):
+            raise VerifyException(f"input must be si8, got {x}")
+        table = self.table.get_type()
+        assert isinstance(table, TensorType)
+        if tuple(table.get_shape()) != (256,):
+            raise VerifyException(f"table has shape {tuple(table.get_shape())}, expected (256,)")
+        if table.element_type not in (si(8), si(16)):
+            raise VerifyException(f"table must be si8 or si16, got {table.element_type}")
+        out = tensor_type(self.output)
+        if out.element_type != table.element_type or shape_of(self.output) != shape_of(
+            self.input
+        ):
+            raise VerifyException("result must have the input shape and the table type")
+
+
+# ------------------------------------------------------------------ image input
+
+
+@irdl_op_definition
+class ImageConvertOp(IRDLOperation):
+    """NV12 planes to centred YUV444: ``y - 128`` and nearest-upsampled ``uv - 128``.
+
+    Inputs: ``y`` is ``N x 1 x H x W`` ui8, ``uv`` is ``N x 2 x H/2 x W/2`` ui8 (the
+    interleaved CbCr plane as two channels). Result: ``N x 3 x H x W`` si8.
+
+    ``%yuv = hbir.image_convert %y, %uv {mode = "nv12"} : (tensor<1x1x4x4xui8>,
+    tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xsi8>``
+    """
+
+    name = "hbir.image_convert"
+
+    y = operand_def(AnyTensorTypeConstr)
+    uv = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    mode = prop_def(StringAttr, default_value=StringAttr("nv12"))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$y `,` $uv attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, y: Value, uv: Value):
+        n, _, h, w = shape_of(y)
+        super().__init__(
+            operands=[y, uv],
+            result_types=[TensorType(si(8), [n, 3, h, w])],
+            properties={"mode": StringAttr("nv12")},
+        )
+
+    def verify_(self) -> None:
+        if self.mode.data != "nv12":
+            raise VerifyException(f"mode must be 'nv12', got {self.mode.data!r}")
+        u8 = IntegerType(8, Signedness.UNSIGNED)
+        for name, v in (("y", self.y), ("uv", self.uv)):
+            if tensor_type(v).element_type != u8:
+                raise VerifyException(f"{name} must be ui8, got {tensor_type(v).element_type}")
+        y, uv = shape_of(self.y), shape_of(self.uv)
+        if len(y) != 4 or y[1] != 1 or y[2] % 2 or y[3] % 2:
+            raise VerifyException(f"y has shape {y}, expected N x 1 x H x W with even H, W")
+        if uv != (y[0], 2, y[2] // 2, y[3] // 2):
+            raise VerifyException(
+                f"uv has shape {uv}, expected {(y[0], 2, y[2] // 2, y[3] // 2)}"
+            )
+        if tensor_type(self.output) != TensorType(si(8), [y[0], 3, y[2], y[3]]):
+            raise VerifyException(f"result must be tensor<{y[0]}x3x{y[2]}x{y[3]}xsi8>")
+
+
+@irdl_op_definition
+class ImagePreprocessOp(IRDLOperation):
+    """Centred YUV444 (si8) to a normalised float image.
+
+    ``csc = "none"`` keeps YUV (``v = x + 128``); ``"yuv_bt601_full_to_rgb"`` and
+    ``"yuv_bt601_video_to_rgb"`` apply the integer BT.601 conversion of
+    ``runtime/numerics.py``. Then ``(v / divisor - mean[c]) / std[c]`` in float32.
+
+    ``%img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor =
+    255 : i64, mean = array<f64: 0.485, 0.456, 0.406>, std = array<f64: 0.229,
+    0.224, 0.225>} : tensor<1x3x4x4xsi8> -> tensor<1x3x4x4xf32>``
+    """
+
+    name = "hbir.image_preprocess"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    csc = prop_def(StringAttr, default_value=StringAttr("none"))
+    divisor = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+    mean = prop_def(DenseArrayBase)
+    std = prop_def(DenseArrayBase)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    CSC_MODES: ClassVar = ("none", "yuv_bt601_full_to_rgb", "yuv_bt601_video_to_rgb")
+
+    def __init__(
+        self,
+        input: Value,
+        mean: Sequence[float],
+        std: Sequence[float],
+        csc: str = "none",
+        divisor: int = 1,
+        element_type: Attribute | None = None,
+    ):
+        from xdsl.dialects.builtin import f32
+
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape_of(input), element_type or f32)],
+            properties={
+                "csc": StringAttr(csc),
+                "divisor": i64_attr(divisor),
+                "mean": DenseArrayBase.from_list(f64, list(mean)),
+                "std": DenseArrayBase.from_list(f64, list(std)),
+            },
+        )
+
+    def verify_(self) -> None:
+        if self.csc.data not in self.CSC_MODES:
+            raise VerifyException(
+                f"csc must be one of {self.CSC_MODES}, got {self.csc.data!r}"
+            )
+        if self.divisor.value.data <= 0:
+            raise VerifyException(f"divisor must be positive, got {self.divisor.value.data}")
+        x = shape_of(self.input)
+        if len(x) != 4 or x[1] != 3:
+            raise VerifyException(f"input has shape {x}, expected N x 3 x H x W")
+        if tensor_type(self.input).element_type != si(8):
+            raise VerifyException("input must be si8 (centred YUV444)")
+        for name, attr in (("mean", self.mean), ("std", self.std)):
+            if len(attr) != 3:
+                raise VerifyException(f"{name} needs 3 values, got {len(attr)}")
+        if any(s == 0 for s in self.std.get_values()):
+            raise VerifyException("std values must be nonzero")
+        if not is_float(self.output.type) or shape_of(self.output) != x:
+            raise VerifyException("result must be float with the input shape")
+
+
+HBIR = Dialect(
+    "hbir",
+    [
+        ConstantOp,
+        NegOp,
+        AbsOp,
+        ReluOp,
+        ClipOp,
+        LeakyReluOp,
+        SigmoidOp,
+        TanhOp,
+        ExpOp,
+        LogOp,
+        SqrtOp,
+        RsqrtOp,
+        ReciprocalOp,
+        SinOp,
+        CosOp,
+        GeluOp,
+        SiluOp,
+        HardsigmoidOp,
+        HardswishOp,
+        AddOp,
+        SubOp,
+        MulOp,
+        DivOp,
+        MaximumOp,
+        MinimumOp,
+        SoftmaxOp,
+        LayerNormOp,
+        ReduceSumOp,
+        ReduceMeanOp,
+        ReduceMaxOp,
+        Conv2dOp,
+        ConvTranspose2dOp,
+        LinearOp,
+        MatmulOp,
+        MaxPool2dOp,
+        AvgPool2dOp,
+        GlobalAvgPool2dOp,
+        Resize2dOp,
+        ConcatOp,
+        SliceOp,
+        SplitOp,
+        ReshapeOp,
+        TransposeOp,
+        PadOp,
+        CastOp,
+        LutOp,
+        ImageConvertOp,
+        ImagePreprocessOp,
+    ],
+    [],
+)

@@ -1,0 +1,357 @@
+"""The ``qnt`` dialect: quantization and requantization.
+
+``qnt.const_fake_quant`` is the form users know from the reference toolchain's
+``get_asm``: a float-to-float op carrying the quantization range. Convert turns it
+into true fixed point with ``qnt.quantize``, ``qnt.dequantize`` and
+``qnt.requantize``, whose exact integer semantics live in ``runtime/numerics.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    AnyTensorTypeConstr,
+    BoolAttr,
+    DenseArrayBase,
+    Float32Type,
+    Float64Type,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    f32,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    VarConstraint,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+from hbir.dialects.hbir import Value, i64_attr, ints, is_float, shape_of, tensor_type
+from hbir.runtime import numerics
+
+ROUNDING_MODES = (numerics.HALF_EVEN, numerics.HALF_UP)
+
+
+def _check_axis(op: IRDLOperation, axis: IntegerAttr | None, count: int) -> int | None:
+    """Per-tensor params need one value and no axis; per-channel match dim ``axis``."""
+    shape = shape_of(op.operands[0])
+    if axis is None:
+        if count != 1:
+            raise VerifyException(f"per-tensor parameters need 1 value, got {count}")
+        return None
+    a = axis.value.data
+    if not -len(shape) <= a < len(shape):
+        raise VerifyException(f"axis {a} is out of range for rank {len(shape)}")
+    if count != shape[a]:
+        raise VerifyException(
+            f"per-channel parameters have {count} values, dim {a} has {shape[a]}"
+        )
+    return a
+
+
+def _check_rounding(mode: StringAttr) -> None:
+    if mode.data not in ROUNDING_MODES:
+        raise VerifyException(f"rounding must be one of {ROUNDING_MODES}, got {mode.data!r}")
+
+
+def _int_width(value: SSAValue, what: str) -> int:
+    t = tensor_type(value).element_type
+    if not isinstance(t, IntegerType):
+        raise VerifyException(f"{what} must be an integer tensor, got {t}")
+    return t.width.data
+
+
+@irdl_op_definition
+class ConstFakeQuantOp(IRDLOperation):
+    """Fake quantization over a fixed range: quantize to ``bits``, then dequantize.
+
+    ``scale = (max - min) / (qmax - qmin)``, ``zp = qmin - round(min / scale)``,
+    ``y = (clamp(round(x * fl32(1 / scale)) + zp, qmin, qmax) - zp) * scale`` with
+    half-to-even rounding (half-up when the module has ``hbir.legacy_round``).
+    ``narrowRange`` drops the lowest code. Per-channel with ``axis``.
+
+    ``%y = qnt.const_fake_quant %x {min = array<f64: -12.8>, max = array<f64:
+    12.7>, bits = 8 : i64, narrowRange = false} : tensor<1x3x8x8xf32>``
+    """
+
+    name = "qnt.const_fake_quant"
+
+    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
+    input = operand_def(T)
+    output = result_def(T)
+    min = prop_def(DenseArrayBase[Float64Type])
+    max = prop_def(DenseArrayBase[Float64Type])
+    bits = prop_def(IntegerAttr[I64])
+    narrowRange = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    axis = opt_prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($output)"
+
+    def __init__(
+        self,
+        input: Value,
+        min: Sequence[float],
+        max: Sequence[float],
+        bits: int = 8,
+        narrow_range: bool = False,
+        axis: int | None = None,
+    ):
+        super().__init__(
+            operands=[input],
+            result_types=[SSAValue.get(input).type],
+            properties={
+                "min": DenseArrayBase.from_list(f64, [float(v) for v in min]),
+                "max": DenseArrayBase.from_list(f64, [float(v) for v in max]),
+                "bits": i64_attr(bits),
+                "narrowRange": BoolAttr.from_bool(narrow_range),
+                "axis": None if axis is None else i64_attr(axis),
+            },
+        )
+
+    def verify_(self) -> None:
+        if not is_float(self.input.type):
+            raise VerifyException("input must be float")
+        bits = self.bits.value.data
+        if not 2 <= bits <= 32:
+            raise VerifyException(f"bits must be in [2, 32], got {bits}")
+        lo, hi = self.min.get_values(), self.max.get_values()
+        if len(lo) != len(hi):
+            raise VerifyException(f"min has {len(lo)} values, max has {len(hi)}")
+        _check_axis(self, self.axis, len(lo))
+        for i, (a, b) in enumerate(zip(lo, hi, strict=True)):
+            if not a <= 0.0 <= b or a == b:
+                raise VerifyException(
+                    f"range [{a}, {b}] (channel {i}) must contain 0 and be non-empty"
+                )
+
+
+class AffineOp(IRDLOperation):
+    """Shared parameters of quantize / dequantize: scales, zero points, axis."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    scales = prop_def(DenseArrayBase[Float32Type])
+    zeros = prop_def(DenseArrayBase[I64])
+    axis = opt_prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($output)"
+
+    def _check_params(self) -> None:
+        scales = self.scales.get_values()
+        if len(scales) != len(self.zeros):
+            raise VerifyException(
+                f"{len(scales)} scales but {len(self.zeros)} zero points"
+            )
+        if any(not s > 0 for s in scales):
+            raise VerifyException("scales must be positive")
+        _check_axis(self, self.axis, len(scales))
+        if shape_of(self.input) != shape_of(self.output):
+            raise VerifyException("result must have the input shape")
+
+
+def _affine_props(
+    scales: Sequence[float], zeros: Sequence[int] | None, axis: int | None
+) -> dict[str, Attribute | None]:
+    return {
+        "scales": DenseArrayBase.from_list(f32, [float(s) for s in scales]),
+        "zeros": ints([0] * len(scales) if zeros is None else zeros),
+        "axis": None if axis is None else i64_attr(axis),
+    }
+
+
+@irdl_op_definition
+class QuantizeOp(AffineOp):
+    """Float to integer codes: ``clamp(round(x * fl32(1 / s)) + zp, qmin, qmax)``.
+
+    The range is the result type's (``narrowRange`` drops the lowest code).
+
+    ``%q = qnt.quantize %x {scales = array<f32: 0.1>, zeros = array<i64: 0>} :
+    tensor<4xf32> -> tensor<4xsi8>``
+    """
+
+    name = "qnt.quantize"
+
+    narrowRange = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    rounding = prop_def(StringAttr, default_value=StringAttr(numerics.HALF_EVEN))
+
+    def __init__(
+        self,
+        input: Value,
+        element_type: Attribute,
+        scales: Sequence[float],
+        zeros: Sequence[int] | None = None,
+        axis: int | None = None,
+        narrow_range: bool = False,
+        rounding: str = numerics.HALF_EVEN,
+    ):
+        props = _affine_props(scales, zeros, axis)
+        props["narrowRange"] = BoolAttr.from_bool(narrow_range)
+        props["rounding"] = StringAttr(rounding)
+        t = tensor_type(input)
+        from xdsl.dialects.builtin import TensorType
+
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element_type, t.get_shape())],
+            properties=props,
+        )
+
+    def verify_(self) -> None:
+        if not is_float(self.input.type):
+            raise VerifyException("input must be float")
+        _int_width(self.output, "result")
+        _check_rounding(self.rounding)
+        self._check_params()
+
+
+@irdl_op_definition
+class DequantizeOp(AffineOp):
+    """Integer codes to float: ``fl32((q - zp) * s)``.
+
+    ``%x = qnt.dequantize %q {scales = array<f32: 0.1>, zeros = array<i64: 0>} :
+    tensor<4xsi8> -> tensor<4xf32>``
+    """
+
+    name = "qnt.dequantize"
+
+    def __init__(
+        self,
+        input: Value,
+        scales: Sequence[float],
+        zeros: Sequence[int] | None = None,
+        axis: int | None = None,
+        element_type: Attribute = f32,
+    ):
+        from xdsl.dialects.builtin import TensorType
+
+        t = tensor_type(input)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element_type, t.get_shape())],
+            properties=_affine_props(scales, zeros, axis),
+        )
+
+    def verify_(self) -> None:
+        _int_width(self.input, "input")
+        if not is_float(self.output.type):
+            raise VerifyException("result must be float")
+        self._check_params()
+
+
+@irdl_op_definition
+class RequantizeOp(IRDLOperation):
+    """Integer rescale: ``clamp(round(x * multiplier / 2**shift) + zero, lo, hi)``.
+
+    One int64 product and one rounding shift (``rounding`` = half_even | half_up).
+    ``[lo, hi]`` is the result type's range, narrowed by the optional ``clip`` (a
+    folded relu or clip). Per-channel multipliers and shifts with ``axis``.
+
+    ``%y = qnt.requantize %acc {multiplier = array<i64: 1616928864>, shift =
+    array<i64: 38>, zero = 0 : i64} : tensor<1x4xsi32> -> tensor<1x4xsi8>``
+    """
+
+    name = "qnt.requantize"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    multiplier = prop_def(DenseArrayBase[I64])
+    shift = prop_def(DenseArrayBase[I64])
+    zero = prop_def(IntegerAttr[I64], default_value=i64_attr(0))
+    axis = opt_prop_def(IntegerAttr[I64])
+    clip = opt_prop_def(DenseArrayBase[I64])
+    rounding = prop_def(StringAttr, default_value=StringAttr(numerics.HALF_EVEN))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($output)"
+
+    def __init__(
+        self,
+        input: Value,
+        element_type: Attribute,
+        multiplier: Sequence[int],
+        shift: Sequence[int],
+        zero: int = 0,
+        axis: int | None = None,
+        clip: tuple[int, int] | None = None,
+        rounding: str = numerics.HALF_EVEN,
+    ):
+        from xdsl.dialects.builtin import TensorType
+
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(element_type, tensor_type(input).get_shape())],
+            properties={
+                "multiplier": ints(multiplier),
+                "shift": ints(shift),
+                "zero": i64_attr(zero),
+                "axis": None if axis is None else i64_attr(axis),
+                "clip": None if clip is None else ints(clip),
+                "rounding": StringAttr(rounding),
+            },
+        )
+
+    def verify_(self) -> None:
+        _int_width(self.input, "input")
+        width = _int_width(self.output, "result")
+        _check_rounding(self.rounding)
+        m, s = self.multiplier.get_values(), self.shift.get_values()
+        if len(m) != len(s):
+            raise VerifyException(f"{len(m)} multipliers but {len(s)} shifts")
+        _check_axis(self, self.axis, len(m))
+        if any(not 0 <= v < 2**31 for v in m):
+            raise VerifyException("multipliers must be in [0, 2**31)")
+        if any(not -31 <= v <= 62 for v in s):
+            raise VerifyException("shifts must be in [-31, 62]")
+        if self.clip is not None:
+            lo, hi = numerics.qrange(width)
+            clip = self.clip.get_values()
+            if len(clip) != 2 or not lo <= clip[0] <= clip[1] <= hi:
+                raise VerifyException(f"clip {list(clip)} must be [lo, hi] within [{lo}, {hi}]")
+        if shape_of(self.input) != shape_of(self.output):
+            raise VerifyException("result must have the input shape")
+
+
+@irdl_op_definition
+class BarrierOp(IRDLOperation):
+    """Identity that marks a value as deliberately unquantized (float island edge).
+
+    ``%y = qnt.barrier %x : tensor<4xf32>``
+    """
+
+    name = "qnt.barrier"
+
+    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
+    input = operand_def(T)
+    output = result_def(T)
+
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($output)"
+
+    def __init__(self, input: Value):
+        super().__init__(operands=[input], result_types=[SSAValue.get(input).type])
+
+
+QNT = Dialect(
+    "qnt",
+    [ConstFakeQuantOp, QuantizeOp, DequantizeOp, RequantizeOp, BarrierOp],
+    [],
+)
