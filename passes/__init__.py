@@ -1,0 +1,83 @@
+"""The pass registry: one table of hbir's passes, plus the user's.
+
+Registration is lazy: a pass module is imported only when the pass is used or
+``--help`` lists it, so ``hbir-opt`` starts fast and never imports torch.
+
+User passes come from two places:
+
+* the ``hbir.passes`` entry-point group of any installed package
+  (``[project.entry-points."hbir.passes"] my-pass = "my_pkg.passes:MyPass"``);
+* ``load_plugin("my_pkg.passes")`` (``hbir-opt --load-plugin my_pkg.passes``),
+  which imports a module whose passes call ``@register_pass``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+PassFactory = Callable[[], type[ModulePass]]
+
+# name -> (module, class). A pass lives in passes/<name with _>.py.
+_OURS: dict[str, tuple[str, str]] = {
+    "cleanup": ("hbir.passes.cleanup", "CleanupPass"),
+}
+
+_registered: dict[str, PassFactory] = {}
+
+ENTRY_POINT_GROUP = "hbir.passes"
+
+
+class PassRegistryError(Exception):
+    """A plugin that cannot be loaded or a pass name registered twice."""
+
+
+def _lazy(module: str, cls: str) -> PassFactory:
+    return lambda: getattr(importlib.import_module(module), cls)
+
+
+def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
+    """Class decorator for user passes: ``@register_pass class MyPass(ModulePass)``."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise PassRegistryError(f"{cls.__name__} has no pass name (class attr `name`)")
+    if name in _OURS or (name in _registered and _registered[name]() is not cls):
+        raise PassRegistryError(f"pass name '{name}' is already registered")
+    _registered[name] = lambda: cls
+    return cls
+
+
+def load_plugin(module_name: str) -> None:
+    """Import a user module that registers passes with ``@register_pass``."""
+    try:
+        importlib.import_module(module_name)
+    except ImportError as e:
+        raise PassRegistryError(f"cannot load plugin '{module_name}': {e}") from None
+
+
+def _entry_point_passes() -> dict[str, PassFactory]:
+    from importlib.metadata import entry_points
+
+    found: dict[str, PassFactory] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found[ep.name] = ep.load
+    return found
+
+
+def get_all_passes() -> dict[str, PassFactory]:
+    """Pass name -> factory returning the pass class: ours, then the user's."""
+    passes: dict[str, PassFactory] = {n: _lazy(m, c) for n, (m, c) in _OURS.items()}
+    for source in (_entry_point_passes(), _registered):
+        for name, factory in source.items():
+            if name in _OURS:
+                raise PassRegistryError(f"user pass '{name}' clashes with hbir's own pass")
+            passes[name] = factory
+    return passes
+
+
+def summary(pass_cls: type[ModulePass]) -> str:
+    """The first line of a pass's docstring."""
+    doc = (pass_cls.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else "(no description)"

@@ -1,0 +1,126 @@
+"""Model files: ``.mlir`` (text) and ``.bc`` (hbir's own versioned container).
+
+``.bc`` layout (little endian)::
+
+    offset  size  field
+    0       8     magic  b"HBIRBC\\x00\\x01"
+    8       2     format major version  (a newer major cannot be read)
+    10      2     format minor version  (newer minors stay readable)
+    12      4     CRC-32 of the payload
+    16      8     payload size in bytes
+    24      8     text size in bytes (after decompression)
+    32      ...   payload: zstd-compressed MLIR text in generic form with locations
+
+Large constants are hex blobs inside the text (xDSL prints any constant of more
+than 100 elements that way), which zstd brings back to about their raw size. No
+pickle: a ``.bc`` file is data only.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import zlib
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.printer import Printer
+
+from hbir.diagnostics import HbirFileError
+
+MAGIC = b"HBIRBC\x00\x01"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+_HEADER = struct.Struct("<8sHHIQQ")
+SUFFIXES = (".bc", ".mlir")
+
+
+def print_module(module: ModuleOp, generic: bool = True, debuginfo: bool = True) -> str:
+    """The module as MLIR text (generic form with locations: lossless)."""
+    stream = io.StringIO()
+    Printer(stream=stream, print_generic_format=generic, print_debuginfo=debuginfo).print_op(
+        module
+    )
+    stream.write("\n")
+    return stream.getvalue()
+
+
+def encode_bc(text: str) -> bytes:
+    """Pack IR text into the ``.bc`` container."""
+    import zstandard
+
+    raw = text.encode("utf-8")
+    payload = zstandard.ZstdCompressor(level=3).compress(raw)
+    header = _HEADER.pack(
+        MAGIC, FORMAT_MAJOR, FORMAT_MINOR, zlib.crc32(payload), len(payload), len(raw)
+    )
+    return header + payload
+
+
+def decode_bc(data: bytes, path: str = "<bytes>") -> str:
+    """Unpack a ``.bc`` container to IR text, checking every field."""
+    import zstandard
+
+    if len(data) < _HEADER.size:
+        raise HbirFileError(
+            f"{path}: truncated: {len(data)} bytes, shorter than the "
+            f"{_HEADER.size}-byte .bc header"
+        )
+    magic, major, minor, crc, size, text_size = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise HbirFileError(f"{path}: not an hbir .bc file (bad magic {magic!r})")
+    if major > FORMAT_MAJOR:
+        raise HbirFileError(
+            f"{path}: format version {major}.{minor} is newer than this hbir reads "
+            f"({FORMAT_MAJOR}.x); upgrade hbir to load it"
+        )
+    payload = data[_HEADER.size :]
+    if len(payload) != size:
+        raise HbirFileError(
+            f"{path}: truncated: header announces {size} payload bytes, "
+            f"file holds {len(payload)}"
+        )
+    if zlib.crc32(payload) != crc:
+        raise HbirFileError(f"{path}: checksum mismatch: the file is corrupt")
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(payload, max_output_size=text_size)
+    except zstandard.ZstdError as e:
+        raise HbirFileError(f"{path}: corrupt payload: {e}") from None
+    if len(raw) != text_size:
+        raise HbirFileError(f"{path}: payload holds {len(raw)} bytes, expected {text_size}")
+    return raw.decode("utf-8")
+
+
+def _suffix(path: str) -> str:
+    suffix = os.path.splitext(path)[1]
+    if suffix not in SUFFIXES:
+        raise HbirFileError(
+            f"{path}: unsupported file type '{suffix}': expected one of {SUFFIXES}"
+        )
+    return suffix
+
+
+def save_module(module: ModuleOp, path: str | os.PathLike) -> None:
+    """Write ``.bc`` (container) or ``.mlir`` (plain generic text)."""
+    path = os.fspath(path)
+    text = print_module(module)
+    data = encode_bc(text) if _suffix(path) == ".bc" else text.encode("utf-8")
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The IR text inside a ``.bc`` or ``.mlir`` file."""
+    path = os.fspath(path)
+    suffix = _suffix(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise HbirFileError(f"{path}: cannot read: {e.strerror}") from None
+    if suffix == ".bc":
+        return decode_bc(data, path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HbirFileError(f"{path}: not UTF-8 text at byte {e.start}") from None

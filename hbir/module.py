@@ -1,0 +1,325 @@
+"""The user-facing model objects: ``Module``, ``Function``, ``Argument``.
+
+Shapes follow the reference toolchain's API: ``m.module.get_asm()``,
+``m.functions``, ``m["forward"]`` / ``m[0]``, ``f.inputs`` / ``f.outputs``,
+``f.feed({"_input_0": x}) -> {"_output_0": y}``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    BoolAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    Signedness,
+    StringAttr,
+    TensorType,
+)
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute
+
+from hbir import files
+from hbir.diagnostics import HbirError, parse_module
+from hbir.dialects import make_context
+
+# Module attributes that record how the model was made (see ARCHITECTURE §3).
+ATTR_MARCH = "hbir.march"
+ATTR_LEGACY_ROUND = "hbir.legacy_round"
+ATTR_CONSISTENCY_LEVEL = "hbir.consistency_level"
+ATTR_HIGH_PRECISION_QPP = "hbir.high_precision_qpp"
+ATTR_FUSE_REQUANTIZE = "hbir.fuse_requantize"
+ATTR_ARG_NAME = "hbir.name"
+
+
+class FeedError(HbirError):
+    """Inputs that do not match a function's signature."""
+
+
+def numpy_dtype(element_type: Attribute) -> np.dtype:
+    """The numpy dtype that holds tensors of an IR element type."""
+    if isinstance(element_type, AnyFloat):
+        bits = element_type.bitwidth
+        if bits == 16 and element_type.name == "bf16":
+            raise HbirError("bf16 tensors have no numpy dtype")
+        return np.dtype(f"float{bits}")
+    if isinstance(element_type, IntegerType):
+        width = element_type.width.data
+        if width == 1:
+            return np.dtype(np.bool_)
+        unsigned = element_type.signedness.data == Signedness.UNSIGNED
+        return np.dtype(f"{'uint' if unsigned else 'int'}{width}")
+    raise HbirError(f"element type {element_type} has no numpy dtype")
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One function input or output: its name, shape and numpy dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    type: TensorType
+
+    def __repr__(self) -> str:
+        return f"Argument({self.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+class Arguments(Sequence[Argument]):
+    """Function inputs or outputs, indexable by position or by name."""
+
+    def __init__(self, args: list[Argument]):
+        self._args = args
+
+    def __len__(self) -> int:
+        return len(self._args)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            for arg in self._args:
+                if arg.name == key:
+                    return arg
+            raise KeyError(f"no argument named {key!r}; have {self.names}")
+        return self._args[key]
+
+    def __iter__(self) -> Iterator[Argument]:
+        return iter(self._args)
+
+    @property
+    def names(self) -> list[str]:
+        return [a.name for a in self._args]
+
+    def __repr__(self) -> str:
+        return repr(self._args)
+
+
+def _arg_name(attrs: DictionaryAttr | None, default: str) -> str:
+    if attrs is not None and isinstance(attrs.data.get(ATTR_ARG_NAME), StringAttr):
+        return attrs.data[ATTR_ARG_NAME].data
+    return default
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if type(value).__module__.startswith("torch"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class Function:
+    """One ``func.func`` of a module: signature, and execution by the interpreter."""
+
+    def __init__(self, module: Module, op: FuncOp):
+        self._module = module
+        self.op = op
+
+    @property
+    def name(self) -> str:
+        return self.op.sym_name.data
+
+    def _arguments(self, types, attrs, prefix: str) -> Arguments:
+        args = []
+        for i, t in enumerate(types):
+            a = attrs.data[i] if attrs is not None else None
+            if not isinstance(t, TensorType):
+                raise HbirError(f"function @{self.name}: argument {i} is not a tensor")
+            args.append(
+                Argument(
+                    _arg_name(a, f"_{prefix}_{i}"),
+                    tuple(t.get_shape()),
+                    numpy_dtype(t.element_type),
+                    t,
+                )
+            )
+        return Arguments(args)
+
+    @property
+    def inputs(self) -> Arguments:
+        ft = self.op.function_type
+        return self._arguments(ft.inputs.data, self.op.arg_attrs, "input")
+
+    @property
+    def outputs(self) -> Arguments:
+        ft = self.op.function_type
+        return self._arguments(ft.outputs.data, self.op.res_attrs, "output")
+
+    def _check_inputs(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
+        inputs = self.inputs
+        missing = [n for n in inputs.names if n not in feed]
+        extra = [n for n in feed if n not in inputs.names]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing inputs {missing}")
+            if extra:
+                parts.append(f"unexpected inputs {extra}")
+            raise FeedError(
+                f"@{self.name}: {'; '.join(parts)}; expected {inputs.names}"
+            )
+        arrays = []
+        for arg in inputs:
+            x = _to_numpy(feed[arg.name])
+            if tuple(x.shape) != arg.shape:
+                raise FeedError(
+                    f"@{self.name}: input '{arg.name}' has shape {tuple(x.shape)}, "
+                    f"expected {arg.shape}"
+                )
+            if x.dtype != arg.dtype:
+                raise FeedError(
+                    f"@{self.name}: input '{arg.name}' has dtype {x.dtype}, "
+                    f"expected {arg.dtype}"
+                )
+            arrays.append(np.ascontiguousarray(x))
+        return arrays
+
+    def feed(self, inputs: Mapping[str, Any], on_op=None) -> dict[str, np.ndarray]:
+        """Run the function on named inputs (numpy arrays or torch tensors)."""
+        from hbir.runtime.interpreter import run_function
+
+        arrays = self._check_inputs(inputs)
+        results = run_function(
+            self.op, arrays, rounding=self._module.rounding, on_op=on_op
+        )
+        return dict(zip(self.outputs.names, results, strict=True))
+
+    def __call__(self, *arrays: Any):
+        """Positional call: ``f(x)`` -> one array, or a tuple for several outputs."""
+        names = self.inputs.names
+        if len(arrays) != len(names):
+            raise FeedError(
+                f"@{self.name} takes {len(names)} inputs {names}, got {len(arrays)}"
+            )
+        out = list(self.feed(dict(zip(names, arrays, strict=True))).values())
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def statistics(self) -> dict[str, int]:
+        """Op name -> count inside this function (the terminator excluded)."""
+        counts: dict[str, int] = {}
+        for op in self.op.walk():
+            if op is self.op or op.name == "func.return":
+                continue
+            counts[op.name] = counts.get(op.name, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def __repr__(self) -> str:
+        return f"<Function @{self.name} inputs={self.inputs} outputs={self.outputs}>"
+
+
+class AsmView:
+    """``Module.module``: the underlying ModuleOp plus ``get_asm``.
+
+    Attribute access falls through to the xDSL ``ModuleOp``.
+    """
+
+    def __init__(self, op: ModuleOp):
+        self.op = op
+
+    @property
+    def operation(self) -> AsmView:
+        return self
+
+    def get_asm(self, enable_debug_info: bool = False, generic: bool = False) -> str:
+        """The module as text; ``%N`` numbers are the op IDs the tools use."""
+        return files.print_module(self.op, generic=generic, debuginfo=enable_debug_info)
+
+    def __getattr__(self, name: str):
+        return getattr(self.op, name)
+
+    def __str__(self) -> str:
+        return self.get_asm()
+
+
+class Module:
+    """An HBIR model: one ``builtin.module`` holding ``func.func`` functions."""
+
+    def __init__(self, op: ModuleOp):
+        if not isinstance(op, ModuleOp):
+            raise TypeError(f"expected a ModuleOp, got {type(op).__name__}")
+        self._op = op
+
+    @classmethod
+    def parse(cls, text: str, filename: str = "<string>") -> Module:
+        """Parse and verify IR text (raises a located ``HbirError``)."""
+        return cls(parse_module(make_context(), text, filename))
+
+    @property
+    def module(self) -> AsmView:
+        return AsmView(self._op)
+
+    @property
+    def functions(self) -> list[Function]:
+        return [Function(self, op) for op in self._op.body.block.ops if isinstance(op, FuncOp)]
+
+    def __getitem__(self, key: int | str) -> Function:
+        functions = self.functions
+        if isinstance(key, int):
+            return functions[key]
+        for f in functions:
+            if f.name == key:
+                return f
+        raise KeyError(f"no function @{key}; have {[f.name for f in functions]}")
+
+    def clone(self) -> Module:
+        return Module(self._op.clone())
+
+    # ---- module attributes
+    def _attr(self, name: str) -> Attribute | None:
+        return self._op.attributes.get(name)
+
+    def _flag(self, name: str, default: bool) -> bool:
+        attr = self._attr(name)
+        if isinstance(attr, BoolAttr):
+            return bool(attr.value.data)
+        if isinstance(attr, IntegerAttr):
+            return bool(attr.value.data)
+        return default
+
+    @property
+    def march(self) -> str | None:
+        attr = self._attr(ATTR_MARCH)
+        return attr.data if isinstance(attr, StringAttr) else None
+
+    @property
+    def _legacy_round(self) -> bool:
+        return self._flag(ATTR_LEGACY_ROUND, False)
+
+    @property
+    def _high_precision_qpp(self) -> bool:
+        return self._flag(ATTR_HIGH_PRECISION_QPP, False)
+
+    @property
+    def _fuse_requantize(self) -> bool:
+        return self._flag(ATTR_FUSE_REQUANTIZE, True)
+
+    @property
+    def rounding(self) -> str:
+        from hbir.runtime import numerics
+
+        return numerics.HALF_UP if self._legacy_round else numerics.HALF_EVEN
+
+    def __repr__(self) -> str:
+        names = [f.name for f in self.functions]
+        return f"<hbir.Module functions={names}>"
+
+
+def load(path: str | os.PathLike) -> Module:
+    """Load a ``.bc`` or ``.mlir`` file (raises a located ``HbirError``)."""
+    text = files.read_text(path)
+    return Module(parse_module(make_context(), text, os.fspath(path)))
+
+
+def save(module: Module, path: str | os.PathLike) -> None:
+    """Save to ``.bc`` (compressed container) or ``.mlir`` (text)."""
+    files.save_module(module._op, path)
+
+
+def statistics(module: Module) -> dict[str, dict[str, int]]:
+    """Op counts per function: ``{"forward": {"hbir.conv2d": 3, ...}}``."""
+    return {f.name: f.statistics() for f in module.functions}

@@ -1,0 +1,183 @@
+"""hbir-opt: run hbir pass pipelines on ``.mlir`` / ``.bc`` files.
+
+A thin subclass of xDSL's opt driver: it registers only our dialects and passes,
+adds ``--compile-to=<phase>``, ``--load-plugin``, ``.bc`` input and output, and
+turns every error into a located one-line diagnostic with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from hbir import diagnostics, files
+from hbir.dialects import get_all_dialects
+from hbir.passes import PassRegistryError, get_all_passes, load_plugin, summary
+from hbir.passes.pipelines import PHASES, pipeline_up_to
+
+# xDSL's own generic passes worth exposing next to ours.
+_XDSL_PASSES = {
+    "canonicalize": ("xdsl.transforms.canonicalize", "CanonicalizePass"),
+}
+
+
+def _plugins(argv: Sequence[str]) -> list[str]:
+    """``--load-plugin`` values, read before argparse (passes register first)."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg == "--load-plugin" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif arg.startswith("--load-plugin="):
+            found.append(arg.split("=", 1)[1])
+    return found
+
+
+class HbirOptMain(xDSLOptMain):
+    version_format = "hbir-opt (xdsl {xdsl_version})"
+
+    def __init__(self, args: Sequence[str] | None = None):
+        argv = list(sys.argv[1:] if args is None else args)
+        self._wants_help = "-h" in argv or "--help" in argv
+        for plugin in _plugins(argv):
+            load_plugin(plugin)
+        super().__init__(description="hbir modular optimizer driver", args=argv)
+
+    # ---- registration
+    def register_all_dialects(self) -> None:
+        for name, factory in get_all_dialects().items():
+            self.ctx.register_dialect(name, factory)
+
+    def register_all_passes(self) -> None:
+        import importlib
+
+        for name, factory in get_all_passes().items():
+            self.register_pass(name, factory)
+        for name, (module, cls) in _XDSL_PASSES.items():
+            self.register_pass(
+                name, lambda m=module, c=cls: getattr(importlib.import_module(m), c)
+            )
+
+    def register_all_targets(self) -> None:
+        from xdsl.targets.mlir import MLIRTarget
+
+        self.available_targets["mlir"] = lambda: MLIRTarget
+
+    def register_all_frontends(self) -> None:
+        self.available_frontends["mlir"] = lambda io: None  # parse_chunk does it
+        self.available_frontends["bc"] = lambda io: None
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--compile-to",
+            choices=list(PHASES),
+            default=None,
+            help="run the named phases up to and including this one, "
+            "verifying after each",
+        )
+        arg_parser.add_argument(
+            "--load-plugin",
+            action="append",
+            default=[],
+            metavar="MODULE",
+            help="import a Python module that registers user passes",
+        )
+        if self._wants_help:
+            arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+            arg_parser.epilog = self._pass_listing()
+
+    def _pass_listing(self) -> str:
+        lines = ["passes:"]
+        for name in sorted(self.available_passes):
+            lines.append(f"  {name:<24} {summary(self.available_passes[name]())}")
+        lines.append("phases (--compile-to):")
+        for phase, specs in PHASES.items():
+            lines.append(f"  {phase:<24} {','.join(specs) or '(verify only)'}")
+        return "\n".join(lines)
+
+    # ---- pipeline: user passes, then the requested phases; our verifier between
+    def setup_pipeline(self) -> None:
+        from xdsl.passes import PassPipeline
+
+        specs = [self.args.passes] if self.args.passes else []
+        if self.args.compile_to:
+            for _, phase_specs in pipeline_up_to(self.args.compile_to):
+                specs.extend(phase_specs)
+
+        def verify_between(previous, module: ModuleOp, next_pass) -> None:
+            if not self.args.disable_verify and previous is not None:
+                diagnostics.verify(module, filename=f"after pass '{previous.name}'")
+
+        self.pipeline = PassPipeline.parse_spec(
+            self.available_passes, ",".join(specs), verify_between
+        )
+
+    # ---- input / output
+    def parse_chunk(
+        self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
+    ) -> ModuleOp:
+        name = self.get_input_name()
+        data = chunk.read()
+        if file_extension == "bc":
+            text = files.decode_bc(data, name)
+            return diagnostics.parse_module(self.ctx, text, name)
+        return diagnostics.parse_module(self.ctx, data, name, start_offset)
+
+    def run(self) -> None:
+        chunks, extension = self.prepare_input()
+        if extension == "bc" and self.args.split_input_file:
+            raise diagnostics.HbirError("--split-input-file applies to .mlir input only")
+        outputs: list[str] = []
+        modules: list[ModuleOp] = []
+        for chunk, offset in chunks:
+            with chunk:
+                try:
+                    module = self.parse_chunk(chunk, extension, offset)
+                    self.apply_passes(module)
+                except diagnostics.HbirError as e:
+                    if not self.args.verify_diagnostics:
+                        raise
+                    outputs.append(f"{e}\n")
+                    continue
+            modules.append(module)
+            outputs.append(self.output_resulting_program(module))
+        self._write(outputs, modules)
+
+    def _write(self, outputs: list[str], modules: list[ModuleOp]) -> None:
+        path = self.args.output_file
+        if path and path.endswith(".bc"):
+            if len(modules) != 1 or len(outputs) != 1:
+                raise diagnostics.HbirError(f"{path}: a .bc file holds exactly one module")
+            with open(path, "wb") as f:
+                f.write(files.encode_bc(files.print_module(modules[0])))
+            return
+        text = "// -----\n".join(outputs)
+        if path:
+            with open(path, "w") as f:
+                f.write(text)
+        else:
+            sys.stdout.write(text)
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    try:
+        HbirOptMain(args).run()
+    except (diagnostics.HbirError, PassRegistryError) as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
+    except ValueError as e:
+        # Unknown passes, malformed pass options, unknown file extensions.
+        print(f"hbir-opt: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as e:
+        print(f"hbir-opt: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
