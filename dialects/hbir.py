@@ -42,7 +42,6 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
-    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -361,7 +360,9 @@ class BinaryOp(IRDLOperation):
 
     def __init__(self, lhs: Value, rhs: Value, result_type: Attribute | None = None):
         if result_type is None:
-            result_type = with_shape(lhs, shapes.broadcast(shape_of(lhs), shape_of(rhs)))
+            result_type = with_shape(
+                lhs, shapes.broadcast(shape_of(lhs), shape_of(rhs))
+            )
         super().__init__(operands=[lhs, rhs], result_types=[result_type])
 
     def verify_(self) -> None:
@@ -411,7 +412,9 @@ class DivOp(BinaryOp):
     def verify_(self) -> None:
         super().verify_()
         if not is_float(self.lhs.type):
-            raise VerifyException("div is float only; fixed point uses reciprocal + mul")
+            raise VerifyException(
+                "div is float only; fixed point uses reciprocal + mul"
+            )
 
 
 @irdl_op_definition
@@ -509,7 +512,10 @@ class LayerNormOp(IRDLOperation):
         super().__init__(
             operands=[input, weight, bias],
             result_types=[SSAValue.get(input).type],
-            properties={"normalized_shape": ints(normalized_shape), "eps": f64_attr(eps)},
+            properties={
+                "normalized_shape": ints(normalized_shape),
+                "eps": f64_attr(eps),
+            },
         )
 
     def verify_(self) -> None:
@@ -523,7 +529,9 @@ class LayerNormOp(IRDLOperation):
             )
         for name, v in (("weight", self.weight), ("bias", self.bias)):
             if v is not None and shape_of(v) != norm:
-                raise VerifyException(f"{name} has shape {shape_of(v)}, expected {norm}")
+                raise VerifyException(
+                    f"{name} has shape {shape_of(v)}, expected {norm}"
+                )
         if self.input.type != self.output.type:
             raise VerifyException("result type must equal the input type")
 
@@ -551,7 +559,9 @@ class ReduceOp(IRDLOperation):
         result_type: Attribute | None = None,
     ):
         if result_type is None:
-            result_type = with_shape(input, shapes.reduce(shape_of(input), dims, keepdim))
+            result_type = with_shape(
+                input, shapes.reduce(shape_of(input), dims, keepdim)
+            )
         super().__init__(
             operands=[input],
             result_types=[result_type],
@@ -573,7 +583,8 @@ class ReduceOp(IRDLOperation):
 class ReduceSumOp(ReduceOp):
     """Sum over ``dims`` (integers: exact, then saturate).
 
-    ``%y = hbir.reduce_sum %x {dims = array<i64: 1>} : tensor<2x8xf32> -> tensor<2xf32>``
+    ``%y = hbir.reduce_sum %x {dims = array<i64: 1>} : tensor<2x8xf32> ->
+    tensor<2xf32>``
     """
 
     name = "hbir.reduce_sum"
@@ -594,7 +605,8 @@ class ReduceMeanOp(ReduceOp):
 class ReduceMaxOp(ReduceOp):
     """Maximum over ``dims``.
 
-    ``%y = hbir.reduce_max %x {dims = array<i64: 0>} : tensor<2x8xf32> -> tensor<8xf32>``
+    ``%y = hbir.reduce_max %x {dims = array<i64: 0>} : tensor<2x8xf32> ->
+    tensor<8xf32>``
     """
 
     name = "hbir.reduce_max"
@@ -606,7 +618,7 @@ class ReduceMaxOp(ReduceOp):
 def _check_gemm_types(
     op: IRDLOperation, operands: Sequence[SSAValue], bias: SSAValue | None
 ) -> None:
-    """Float: all float and equal. Integer: si8/si16 operands, si32 bias, si32 result."""
+    """Float: all float, equal types. Integer: si8/si16 operands, si32 bias/result."""
     out = tensor_type(op.results[0]).element_type
     if all(is_float(v.type) for v in operands):
         _same_element_types(op, *operands, op.results[0])
@@ -912,7 +924,9 @@ class MaxPool2dOp(Pool2dOp):
         ceil_mode: bool = False,
     ):
         stride = kernel if stride is None else stride
-        shape = shapes.pool2d(shape_of(input), kernel, stride, padding, dilation, ceil_mode)
+        shape = shapes.pool2d(
+            shape_of(input), kernel, stride, padding, dilation, ceil_mode
+        )
         super().__init__(
             operands=[input],
             result_types=[with_shape(input, shape)],
@@ -951,7 +965,9 @@ class AvgPool2dOp(Pool2dOp):
         count_include_pad: bool = True,
     ):
         stride = kernel if stride is None else stride
-        shape = shapes.pool2d(shape_of(input), kernel, stride, padding, (1, 1), ceil_mode)
+        shape = shapes.pool2d(
+            shape_of(input), kernel, stride, padding, (1, 1), ceil_mode
+        )
         super().__init__(
             operands=[input],
             result_types=[with_shape(input, shape)],
@@ -982,7 +998,9 @@ class GlobalAvgPool2dOp(IRDLOperation):
 
     def __init__(self, input: Value):
         n, c = shape_of(input)[:2]
-        super().__init__(operands=[input], result_types=[with_shape(input, (n, c, 1, 1))])
+        super().__init__(
+            operands=[input], result_types=[with_shape(input, (n, c, 1, 1))]
+        )
 
     def verify_(self) -> None:
         _same_element_types(self, self.input, self.output)
@@ -991,7 +1009,8 @@ class GlobalAvgPool2dOp(IRDLOperation):
             raise VerifyException(f"input has {len(x)} dims, expected 4")
         if shape_of(self.output) != (x[0], x[1], 1, 1):
             raise VerifyException(
-                f"expected result shape {(x[0], x[1], 1, 1)}, got {shape_of(self.output)}"
+                f"expected result shape {(x[0], x[1], 1, 1)}, "
+                f"got {shape_of(self.output)}"
             )
 
 
@@ -1037,7 +1056,9 @@ class Resize2dOp(IRDLOperation):
 
     def verify_(self) -> None:
         if self.mode.data not in self.MODES:
-            raise VerifyException(f"mode must be one of {self.MODES}, got {self.mode.data!r}")
+            raise VerifyException(
+                f"mode must be one of {self.MODES}, got {self.mode.data!r}"
+            )
         if self.align_corners.value.data and self.mode.data == "nearest":
             raise VerifyException("align_corners applies only to bilinear mode")
         _same_element_types(self, self.input, self.output)
@@ -1255,7 +1276,11 @@ class PadOp(IRDLOperation):
     def verify_(self) -> None:
         _same_element_types(self, self.input, self.output)
         _expect_shape(
-            self, shapes.pad, shape_of(self.input), _values(self.low), _values(self.high)
+            self,
+            shapes.pad,
+            shape_of(self.input),
+            _values(self.low),
+            _values(self.high),
         )
 
 
@@ -1285,7 +1310,8 @@ class CastOp(IRDLOperation):
     def verify_(self) -> None:
         if shape_of(self.input) != shape_of(self.output):
             raise VerifyException(
-                f"cast keeps the shape: {shape_of(self.input)} vs {shape_of(self.output)}"
+                f"cast keeps the shape: {shape_of(self.input)} "
+                f"vs {shape_of(self.output)}"
             )
 
 
@@ -1328,9 +1354,13 @@ class LutOp(IRDLOperation):
         table = self.table.get_type()
         assert isinstance(table, TensorType)
         if tuple(table.get_shape()) != (256,):
-            raise VerifyException(f"table has shape {tuple(table.get_shape())}, expected (256,)")
+            raise VerifyException(
+                f"table has shape {tuple(table.get_shape())}, expected (256,)"
+            )
         if table.element_type not in (si(8), si(16)):
-            raise VerifyException(f"table must be si8 or si16, got {table.element_type}")
+            raise VerifyException(
+                f"table must be si8 or si16, got {table.element_type}"
+            )
         out = tensor_type(self.output)
         if out.element_type != table.element_type or shape_of(self.output) != shape_of(
             self.input
@@ -1377,10 +1407,14 @@ class ImageConvertOp(IRDLOperation):
         u8 = IntegerType(8, Signedness.UNSIGNED)
         for name, v in (("y", self.y), ("uv", self.uv)):
             if tensor_type(v).element_type != u8:
-                raise VerifyException(f"{name} must be ui8, got {tensor_type(v).element_type}")
+                raise VerifyException(
+                    f"{name} must be ui8, got {tensor_type(v).element_type}"
+                )
         y, uv = shape_of(self.y), shape_of(self.uv)
         if len(y) != 4 or y[1] != 1 or y[2] % 2 or y[3] % 2:
-            raise VerifyException(f"y has shape {y}, expected N x 1 x H x W with even H, W")
+            raise VerifyException(
+                f"y has shape {y}, expected N x 1 x H x W with even H, W"
+            )
         if uv != (y[0], 2, y[2] // 2, y[3] // 2):
             raise VerifyException(
                 f"uv has shape {uv}, expected {(y[0], 2, y[2] // 2, y[3] // 2)}"
@@ -1445,7 +1479,9 @@ class ImagePreprocessOp(IRDLOperation):
                 f"csc must be one of {self.CSC_MODES}, got {self.csc.data!r}"
             )
         if self.divisor.value.data <= 0:
-            raise VerifyException(f"divisor must be positive, got {self.divisor.value.data}")
+            raise VerifyException(
+                f"divisor must be positive, got {self.divisor.value.data}"
+            )
         x = shape_of(self.input)
         if len(x) != 4 or x[1] != 3:
             raise VerifyException(f"input has shape {x}, expected N x 3 x H x W")

@@ -23,7 +23,6 @@ from xdsl.dialects.builtin import (
     StringAttr,
     f32,
     f64,
-    i64,
 )
 from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
@@ -65,7 +64,9 @@ def _check_axis(op: IRDLOperation, axis: IntegerAttr | None, count: int) -> int 
 
 def _check_rounding(mode: StringAttr) -> None:
     if mode.data not in ROUNDING_MODES:
-        raise VerifyException(f"rounding must be one of {ROUNDING_MODES}, got {mode.data!r}")
+        raise VerifyException(
+            f"rounding must be one of {ROUNDING_MODES}, got {mode.data!r}"
+        )
 
 
 def _int_width(value: SSAValue, what: str) -> int:
@@ -325,7 +326,9 @@ class RequantizeOp(IRDLOperation):
             lo, hi = numerics.qrange(width)
             clip = self.clip.get_values()
             if len(clip) != 2 or not lo <= clip[0] <= clip[1] <= hi:
-                raise VerifyException(f"clip {list(clip)} must be [lo, hi] within [{lo}, {hi}]")
+                raise VerifyException(
+                    f"clip {list(clip)} must be [lo, hi] within [{lo}, {hi}]"
+                )
         if shape_of(self.input) != shape_of(self.output):
             raise VerifyException("result must have the input shape")
 

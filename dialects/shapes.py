@@ -47,7 +47,9 @@ def broadcast(lhs: Shape, rhs: Shape) -> Shape:
     out = []
     for x, y in zip(a, b, strict=True):
         if x != y and 1 not in (x, y):
-            raise ShapeError(f"shapes {tuple(lhs)} and {tuple(rhs)} are not broadcastable")
+            raise ShapeError(
+                f"shapes {tuple(lhs)} and {tuple(rhs)} are not broadcastable"
+            )
         out.append(max(x, y))
     return tuple(out)
 
@@ -67,7 +69,11 @@ def conv2d(
     """NCHW input, OIHW weight, symmetric padding ``[ph, pw]`` (torch semantics)."""
     _check_rank("input", x, 4)
     _check_rank("weight", w, 4)
-    for name, values in (("stride", stride), ("padding", padding), ("dilation", dilation)):
+    for name, values in (
+        ("stride", stride),
+        ("padding", padding),
+        ("dilation", dilation),
+    ):
         _check_len(name, values, 2)
     _check_positive("stride", stride)
     _check_positive("dilation", dilation)
@@ -76,9 +82,13 @@ def conv2d(
     n, c, h, wd = x
     o, ci, kh, kw = w
     if c != ci * groups:
-        raise ShapeError(f"input has {c} channels, weight expects {ci} * groups {groups}")
+        raise ShapeError(
+            f"input has {c} channels, weight expects {ci} * groups {groups}"
+        )
     if o % groups:
-        raise ShapeError(f"weight has {o} output channels, not divisible by groups {groups}")
+        raise ShapeError(
+            f"weight has {o} output channels, not divisible by groups {groups}"
+        )
     oh = _window(h, kh, stride[0], padding[0], dilation[0])
     ow = _window(wd, kw, stride[1], padding[1], dilation[1])
     if oh <= 0 or ow <= 0:

@@ -38,9 +38,9 @@ SUFFIXES = (".bc", ".mlir")
 def print_module(module: ModuleOp, generic: bool = True, debuginfo: bool = True) -> str:
     """The module as MLIR text (generic form with locations: lossless)."""
     stream = io.StringIO()
-    Printer(stream=stream, print_generic_format=generic, print_debuginfo=debuginfo).print_op(
-        module
-    )
+    Printer(
+        stream=stream, print_generic_format=generic, print_debuginfo=debuginfo
+    ).print_op(module)
     stream.write("\n")
     return stream.getvalue()
 
@@ -83,11 +83,15 @@ def decode_bc(data: bytes, path: str = "<bytes>") -> str:
     if zlib.crc32(payload) != crc:
         raise HbirFileError(f"{path}: checksum mismatch: the file is corrupt")
     try:
-        raw = zstandard.ZstdDecompressor().decompress(payload, max_output_size=text_size)
+        raw = zstandard.ZstdDecompressor().decompress(
+            payload, max_output_size=text_size
+        )
     except zstandard.ZstdError as e:
         raise HbirFileError(f"{path}: corrupt payload: {e}") from None
     if len(raw) != text_size:
-        raise HbirFileError(f"{path}: payload holds {len(raw)} bytes, expected {text_size}")
+        raise HbirFileError(
+            f"{path}: payload holds {len(raw)} bytes, expected {text_size}"
+        )
     return raw.decode("utf-8")
 
 

@@ -255,7 +255,11 @@ class Module:
 
     @property
     def functions(self) -> list[Function]:
-        return [Function(self, op) for op in self._op.body.block.ops if isinstance(op, FuncOp)]
+        return [
+            Function(self, op)
+            for op in self._op.body.block.ops
+            if isinstance(op, FuncOp)
+        ]
 
     def __getitem__(self, key: int | str) -> Function:
         functions = self.functions

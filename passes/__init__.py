@@ -72,7 +72,9 @@ def get_all_passes() -> dict[str, PassFactory]:
     for source in (_entry_point_passes(), _registered):
         for name, factory in source.items():
             if name in _OURS:
-                raise PassRegistryError(f"user pass '{name}' clashes with hbir's own pass")
+                raise PassRegistryError(
+                    f"user pass '{name}' clashes with hbir's own pass"
+                )
             passes[name] = factory
     return passes
 

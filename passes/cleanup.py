@@ -4,8 +4,10 @@ Before::
 
     %a = hbir.reshape %x : tensor<2x8xf32> -> tensor<16xf32>
     %b = hbir.reshape %a : tensor<16xf32> -> tensor<4x4xf32>
-    %c = hbir.transpose %b {perm = array<i64: 1, 0>} : tensor<4x4xf32> -> tensor<4x4xf32>
-    %d = hbir.transpose %c {perm = array<i64: 1, 0>} : tensor<4x4xf32> -> tensor<4x4xf32>
+    %c = hbir.transpose %b {perm = array<i64: 1, 0>} :
+        tensor<4x4xf32> -> tensor<4x4xf32>
+    %d = hbir.transpose %c {perm = array<i64: 1, 0>} :
+        tensor<4x4xf32> -> tensor<4x4xf32>
     %e = hbir.cast %d : tensor<4x4xf32> -> tensor<4x4xf32>
     %unused = hbir.relu %x : tensor<2x8xf32>
     func.return %e : tensor<4x4xf32>
@@ -52,7 +54,9 @@ class FoldTranspose(RewritePattern):
     """An identity permutation disappears; two transposes compose into one."""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: hbir.TransposeOp, rewriter: PatternRewriter) -> None:
+    def match_and_rewrite(
+        self, op: hbir.TransposeOp, rewriter: PatternRewriter
+    ) -> None:
         perm = list(op.perm.get_values())
         if perm == sorted(perm):
             rewriter.replace(op, [], [op.input])

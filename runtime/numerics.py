@@ -62,7 +62,9 @@ def round_float(v: np.ndarray, mode: str = HALF_EVEN) -> np.ndarray:
     raise ValueError(f"unknown rounding mode {mode!r}")
 
 
-def shift_round(x: np.ndarray, n: int | np.ndarray, mode: str = HALF_EVEN) -> np.ndarray:
+def shift_round(
+    x: np.ndarray, n: int | np.ndarray, mode: str = HALF_EVEN
+) -> np.ndarray:
     """``x / 2**n`` rounded to an integer with an explicit tie rule, exact in int64.
 
     ``n`` may be an array broadcasting against ``x`` (per-channel shifts); ``n == 0``
@@ -141,7 +143,7 @@ def quantize(
     axis: int | None = None,
     mode: str = HALF_EVEN,
 ) -> np.ndarray:
-    """Float -> int64 codes: ``clamp(round(fl32(x * fl32(1 / s))) + zp, qmin, qmax)``."""
+    """Float -> int64 codes: ``clamp(round(fl32(x * fl32(1/s))) + zp, qmin, qmax)``."""
     x = np.asarray(x, np.float32)
     scale = _along(np.asarray(scale, np.float32), x.ndim, axis)
     zero_point = _along(np.asarray(zero_point, np.int64), x.ndim, axis)
@@ -202,7 +204,9 @@ def quantize_multiplier(real: float, bits: int = 31) -> tuple[int, int]:
     ``real >= 2**bits``.
     """
     if not real > 0 or not math.isfinite(real):
-        raise ValueError(f"requantization scale must be positive and finite, got {real}")
+        raise ValueError(
+            f"requantization scale must be positive and finite, got {real}"
+        )
     mantissa, exponent = math.frexp(real)  # real = mantissa * 2**exponent
     multiplier = math.floor(mantissa * (1 << bits) + 0.5)
     if multiplier == 1 << bits:
@@ -231,3 +235,97 @@ def requantize(
     shift = _along(np.asarray(shift, np.int64), acc.ndim, axis)
     y = shift_round(acc * multiplier, shift, mode) + zero_point
     return np.clip(y, qmin, qmax)
+
+
+# ----------------------------------------------------------------- integer division
+
+
+def divide_round(
+    num: np.ndarray, den: int | np.ndarray, mode: str = HALF_EVEN
+) -> np.ndarray:
+    """``num / den`` rounded to an integer with an explicit tie rule, exact in int64.
+
+    ``den`` must be positive (an element count: integer mean and average pooling
+    divide an exact window sum once). ``den`` may be an array broadcasting against
+    ``num``. Half-up rounds ties toward +inf, like ``round_float``.
+    """
+    num = np.asarray(num, np.int64)
+    den = np.asarray(den, np.int64)
+    if np.any(den <= 0):
+        raise ValueError("divide_round needs a positive divisor")
+    floor = num // den
+    twice_rem = 2 * (num - floor * den)  # in [0, 2 * den)
+    if mode == HALF_EVEN:
+        up = (twice_rem > den) | ((twice_rem == den) & ((floor & 1) == 1))
+    elif mode == HALF_UP:
+        up = twice_rem >= den
+    else:
+        raise ValueError(f"unknown rounding mode {mode!r}")
+    return floor + up
+
+
+# ----------------------------------------------------------------- colour (BT.601)
+#
+# Planes are integer arrays in [0, 255]; Cb/Cr (U/V) are stored offset by 128.
+# Right shifts of negative values floor (numpy's >> is arithmetic), as in the C
+# references. Results are clipped to [0, 255] and returned as int64.
+
+
+def _clip8(v: np.ndarray) -> np.ndarray:
+    return np.clip(v, 0, 255)
+
+
+def rgb_to_yuv_bt601_full(
+    r: np.ndarray, g: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Full-range (JFIF) RGB -> YCbCr in Q16, as libjpeg's ``jccolor.c``."""
+    r, g, b = (np.asarray(p, np.int64) for p in (r, g, b))
+    y = (19595 * r + 38470 * g + 7471 * b + 32768) >> 16
+    cb = (-11059 * r - 21709 * g + 32768 * b + (128 << 16) + 32767) >> 16
+    cr = (32768 * r - 27439 * g - 5329 * b + (128 << 16) + 32767) >> 16
+    return _clip8(y), _clip8(cb), _clip8(cr)
+
+
+def yuv_to_rgb_bt601_full(
+    y: np.ndarray, u: np.ndarray, v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Full-range (JFIF) YCbCr -> RGB in Q16, as libjpeg's ``jdcolor.c``.
+
+    ``R = Y + 1.402 Cr'``, ``G = Y - 0.34414 Cb' - 0.71414 Cr'``, ``B = Y + 1.772 Cb'``
+    with ``Cb' = U - 128``, ``Cr' = V - 128`` and the constants in Q16, each term
+    rounded half-up by ``+ 32768 >> 16``.
+    """
+    y, cb, cr = (np.asarray(p, np.int64) for p in (y, u, v))
+    cb, cr = cb - 128, cr - 128
+    r = y + ((91881 * cr + 32768) >> 16)
+    g = y + ((-22554 * cb - 46802 * cr + 32768) >> 16)
+    b = y + ((116130 * cb + 32768) >> 16)
+    return _clip8(r), _clip8(g), _clip8(b)
+
+
+def rgb_to_yuv_bt601_video(
+    r: np.ndarray, g: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Video-range RGB -> YUV in Q8 (Y in [16, 235], U/V in [16, 240])."""
+    r, g, b = (np.asarray(p, np.int64) for p in (r, g, b))
+    y = ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16
+    u = ((-38 * r - 74 * g + 112 * b + 128) >> 8) + 128
+    v = ((112 * r - 94 * g - 18 * b + 128) >> 8) + 128
+    return _clip8(y), _clip8(u), _clip8(v)
+
+
+def yuv_to_rgb_bt601_video(
+    y: np.ndarray, u: np.ndarray, v: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Video-range YUV -> RGB in Q8 (Microsoft's "Converting between YUV and RGB").
+
+    ``C = Y - 16``, ``D = U - 128``, ``E = V - 128``;
+    ``R = (298 C + 409 E + 128) >> 8``, ``G = (298 C - 100 D - 208 E + 128) >> 8``,
+    ``B = (298 C + 516 D + 128) >> 8``, clipped to [0, 255].
+    """
+    c, d, e = (np.asarray(p, np.int64) for p in (y, u, v))
+    c, d, e = c - 16, d - 128, e - 128
+    r = (298 * c + 409 * e + 128) >> 8
+    g = (298 * c - 100 * d - 208 * e + 128) >> 8
+    b = (298 * c + 516 * d + 128) >> 8
+    return _clip8(r), _clip8(g), _clip8(b)

@@ -131,7 +131,9 @@ class HbirOptMain(xDSLOptMain):
     def run(self) -> None:
         chunks, extension = self.prepare_input()
         if extension == "bc" and self.args.split_input_file:
-            raise diagnostics.HbirError("--split-input-file applies to .mlir input only")
+            raise diagnostics.HbirError(
+                "--split-input-file applies to .mlir input only"
+            )
         outputs: list[str] = []
         modules: list[ModuleOp] = []
         for chunk, offset in chunks:
@@ -152,7 +154,9 @@ class HbirOptMain(xDSLOptMain):
         path = self.args.output_file
         if path and path.endswith(".bc"):
             if len(modules) != 1 or len(outputs) != 1:
-                raise diagnostics.HbirError(f"{path}: a .bc file holds exactly one module")
+                raise diagnostics.HbirError(
+                    f"{path}: a .bc file holds exactly one module"
+                )
             with open(path, "wb") as f:
                 f.write(files.encode_bc(files.print_module(modules[0])))
             return

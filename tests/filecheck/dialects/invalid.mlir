@@ -1,0 +1,113 @@
+// Each chunk breaks one op rule; the diagnostic names the file, line, op and numbers.
+// RUN: hbir-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+func.func @f(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32> {
+  %y = hbir.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32>
+  func.return %y : tensor<1x4x8x8xf32>
+}
+// CHECK: invalid.mlir:5:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
+// CHECK-NEXT: %y = hbir.conv2d
+
+// -----
+
+func.func @f(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3xf32>) -> tensor<1x4x8x8xf32> {
+  %y = hbir.conv2d %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3xf32>) -> tensor<1x4x8x8xf32>
+  func.return %y : tensor<1x4x8x8xf32>
+}
+// CHECK: invalid.mlir:14:3: error: 'hbir.conv2d' op weight has 3 dims, expected 4
+
+// -----
+
+func.func @f(%a: tensor<4x8xf32>, %b: tensor<4xf32>) -> tensor<4x8xf32> {
+  %s = hbir.add %a, %b : (tensor<4x8xf32>, tensor<4xf32>) -> tensor<4x8xf32>
+  func.return %s : tensor<4x8xf32>
+}
+// CHECK: invalid.mlir:22:3: error: 'hbir.add' op shapes (4, 8) and (4,) are not broadcastable
+
+// -----
+
+func.func @f(%x: tensor<4xsi8>) -> tensor<4xsi8> {
+  %s = hbir.sigmoid %x : tensor<4xsi8>
+  func.return %s : tensor<4xsi8>
+}
+// CHECK: error: 'hbir.sigmoid' op input must be float, got si8; integer forms go through hbir.lut
+
+// -----
+
+func.func @f(%x: tensor<4xsi8>, %w: tensor<2x4xsi16>) -> tensor<4x2xsi16> {
+  %y = hbir.linear %x, %w : (tensor<4xsi8>, tensor<2x4xsi16>) -> tensor<2xsi16>
+  func.return %y : tensor<2xsi16>
+}
+// CHECK: error: 'hbir.linear' op integer accumulation result must be si32, got si16
+
+// -----
+
+func.func @f(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
+  %y = qnt.const_fake_quant %x {min = array<f64: -1.0>, max = array<f64: 1.0>, bits = 40 : i64} : tensor<1x4xf32>
+  func.return %y : tensor<1x4xf32>
+}
+// CHECK: error: 'qnt.const_fake_quant' op bits must be in [2, 32], got 40
+
+// -----
+
+func.func @f(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
+  %y = qnt.const_fake_quant %x {min = array<f64: -1.0, -1.0>, max = array<f64: 1.0, 1.0>, bits = 8 : i64, axis = 1 : i64} : tensor<1x4xf32>
+  func.return %y : tensor<1x4xf32>
+}
+// CHECK: error: 'qnt.const_fake_quant' op per-channel parameters have 2 values, dim 1 has 4
+
+// -----
+
+func.func @f(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
+  %y = qnt.const_fake_quant %x {min = array<f64: 0.5>, max = array<f64: 1.0>, bits = 8 : i64} : tensor<1x4xf32>
+  func.return %y : tensor<1x4xf32>
+}
+// CHECK: error: 'qnt.const_fake_quant' op range [0.5, 1.0] (channel 0) must contain 0 and be non-empty
+
+// -----
+
+func.func @f(%x: tensor<4xsi32>) -> tensor<4xsi8> {
+  %y = qnt.requantize %x {multiplier = array<i64: 1073741824>, shift = array<i64: 31>, clip = array<i64: 0, 300>} : tensor<4xsi32> -> tensor<4xsi8>
+  func.return %y : tensor<4xsi8>
+}
+// CHECK: error: 'qnt.requantize' op clip [0, 300] must be [lo, hi] within [-128, 127]
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xsi8> {
+  %y = qnt.quantize %x {scales = array<f32: 0.1>, zeros = array<i64: 0>, rounding = "up"} : tensor<4xf32> -> tensor<4xsi8>
+  func.return %y : tensor<4xsi8>
+}
+// CHECK: error: 'qnt.quantize' op rounding must be one of ('half_even', 'half_up'), got 'up'
+
+// -----
+
+func.func @f(%x: tensor<1x4x4x4xf32>) -> tensor<1x4x8x8xf32> {
+  %y = hbir.resize2d %x {size = array<i64: 8, 8>, mode = "bicubic"} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
+  func.return %y : tensor<1x4x8x8xf32>
+}
+// CHECK: error: 'hbir.resize2d' op mode must be one of ('nearest', 'bilinear'), got 'bicubic'
+
+// -----
+
+func.func @f(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %y = hbir.reshape %x : tensor<2x8xf32> -> tensor<3x5xf32>
+  func.return %y : tensor<3x5xf32>
+}
+// CHECK: error: 'hbir.reshape' op cannot reshape (2, 8) (16 elements) into [3, 5]
+
+// -----
+
+func.func @f(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %y = hbir.transpose %x {perm = array<i64: 0, 0>} : tensor<2x8xf32> -> tensor<2x8xf32>
+  func.return %y : tensor<2x8xf32>
+}
+// CHECK: error: 'hbir.transpose' op perm [0, 0] is not a permutation of rank 2
+
+// -----
+
+func.func @f(%x: tensor<4xsi8>) -> tensor<4xsi8> {
+  %y = hbir.lut %x {table = dense<0> : tensor<128xsi8>} : tensor<4xsi8> -> tensor<4xsi8>
+  func.return %y : tensor<4xsi8>
+}
+// CHECK: error: 'hbir.lut' op table has shape (128,), expected (256,)

@@ -1,0 +1,149 @@
+// Every hbir and qnt op, parsed, printed generic, re-parsed and printed pretty.
+// RUN: HBIR_ROUNDTRIP
+// RUN: HBIR_GENERIC_ROUNDTRIP
+
+// GENERIC-LABEL: "func.func"() <{sym_name = "float_ops"
+// GENERIC: "hbir.conv2d"(%x, %w, %b) <{stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, groups = 1 : i64}>
+// GENERIC: "hbir.layer_norm"(%sm, %c1, %c1) <{normalized_shape = array<i64: 8>, eps = 1.000000e-06 : f64, operandSegmentSizes = array<i32: 1, 1, 1>}>
+// GENERIC: "hbir.split"(%sl) <{sizes = array<i64: 3, 5>, dim = 1 : i64}> : (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>)
+// CHECK-LABEL: func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8xf32> {
+// CHECK-NEXT: %w = hbir.constant dense<5.000000e-01> : tensor<4x4x3x3xf32>
+// CHECK-NEXT: %b = hbir.constant dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00]> : tensor<4xf32>
+// CHECK-NEXT: %conv = hbir.conv2d %x, %w bias(%b) {stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x4x3x3xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+// CHECK-NEXT: %tw = hbir.constant dense<2.500000e-01> : tensor<4x2x2x2xf32>
+// CHECK-NEXT: %deconv = hbir.conv_transpose2d %conv, %tw {stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, output_padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x2x2x2xf32>) -> tensor<1x2x16x16xf32>
+// CHECK-NEXT: %mp = hbir.max_pool2d %conv {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = true} : tensor<1x4x8x8xf32> -> tensor<1x4x4x4xf32>
+// CHECK-NEXT: %ap = hbir.avg_pool2d %conv {kernel = array<i64: 3, 3>, stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, count_include_pad = false} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xf32>
+// CHECK-NEXT: %gp = hbir.global_avg_pool2d %ap : tensor<1x4x8x8xf32> -> tensor<1x4x1x1xf32>
+// CHECK-NEXT: %rs = hbir.resize2d %mp {size = array<i64: 8, 8>, mode = "bilinear", align_corners = true} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
+// CHECK-NEXT: %neg = hbir.neg %v : tensor<2x8xf32>
+// CHECK-NEXT: %abs = hbir.abs %neg : tensor<2x8xf32>
+// CHECK-NEXT: %relu = hbir.relu %abs : tensor<2x8xf32>
+// CHECK-NEXT: %clip = hbir.clip %relu {min = 0.000000e+00 : f64, max = 6.000000e+00 : f64} : tensor<2x8xf32>
+// CHECK-NEXT: %lrelu = hbir.leaky_relu %clip {slope = 1.000000e-01 : f64} : tensor<2x8xf32>
+// CHECK-NEXT: %sig = hbir.sigmoid %lrelu : tensor<2x8xf32>
+// CHECK-NEXT: %tanh = hbir.tanh %sig : tensor<2x8xf32>
+// CHECK-NEXT: %exp = hbir.exp %tanh : tensor<2x8xf32>
+// CHECK-NEXT: %log = hbir.log %exp : tensor<2x8xf32>
+// CHECK-NEXT: %sqrt = hbir.sqrt %log : tensor<2x8xf32>
+// CHECK-NEXT: %rsqrt = hbir.rsqrt %sqrt : tensor<2x8xf32>
+// CHECK-NEXT: %rcp = hbir.reciprocal %rsqrt : tensor<2x8xf32>
+// CHECK-NEXT: %sin = hbir.sin %rcp : tensor<2x8xf32>
+// CHECK-NEXT: %cos = hbir.cos %sin : tensor<2x8xf32>
+// CHECK-NEXT: %gelu = hbir.gelu %cos {approximate = "tanh"} : tensor<2x8xf32>
+// CHECK-NEXT: %silu = hbir.silu %gelu : tensor<2x8xf32>
+// CHECK-NEXT: %hsig = hbir.hardsigmoid %silu : tensor<2x8xf32>
+// CHECK-NEXT: %hsw = hbir.hardswish %hsig : tensor<2x8xf32>
+// CHECK-NEXT: %add = hbir.add %hsw, %v : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %c1 = hbir.constant dense<2.000000e+00> : tensor<8xf32>
+// CHECK-NEXT: %sub = hbir.sub %add, %c1 : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %mul = hbir.mul %sub, %c1 : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %div = hbir.div %mul, %c1 : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %max = hbir.maximum %div, %v : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %min = hbir.minimum %max, %v : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %sm = hbir.softmax %min {dim = -1 : i64} : tensor<2x8xf32> -> tensor<2x8xf32>
+// CHECK-NEXT: %ln = hbir.layer_norm %sm weight(%c1 : tensor<8xf32>) bias(%c1 : tensor<8xf32>) {normalized_shape = array<i64: 8>, eps = 1.000000e-06 : f64} : tensor<2x8xf32> -> tensor<2x8xf32>
+// CHECK-NEXT: %rsum = hbir.reduce_sum %ln {dims = array<i64: 1>} : tensor<2x8xf32> -> tensor<2xf32>
+// CHECK-NEXT: %rmean = hbir.reduce_mean %ln {dims = array<i64: -1>, keepdim = true} : tensor<2x8xf32> -> tensor<2x1xf32>
+// CHECK-NEXT: %rmax = hbir.reduce_max %ln {dims = array<i64: 0>} : tensor<2x8xf32> -> tensor<8xf32>
+// CHECK-NEXT: %lw = hbir.constant dense<1.000000e-01> : tensor<8x8xf32>
+// CHECK-NEXT: %lin = hbir.linear %ln, %lw bias(%c1) : (tensor<2x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %mm = hbir.matmul %lin, %lw : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: %cat = hbir.concat %mm, %lin {dim = 0 : i64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: %sl = hbir.slice %cat {begin = array<i64: 0, 0>, end = array<i64: 4, 8>, step = array<i64: 2, 1>} : tensor<4x8xf32> -> tensor<2x8xf32>
+// CHECK-NEXT: %s0, %s1 = hbir.split %sl {sizes = array<i64: 3, 5>, dim = 1 : i64} : (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>)
+// CHECK-NEXT: %rsh = hbir.reshape %s1 : tensor<2x5xf32> -> tensor<10xf32>
+// CHECK-NEXT: %tr = hbir.transpose %s0 {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+// CHECK-NEXT: %pad = hbir.pad %tr {low = array<i64: 0, 1>, high = array<i64: 0, 2>, value = 5.000000e-01 : f64} : tensor<3x2xf32> -> tensor<3x5xf32>
+// CHECK-NEXT: %cast = hbir.cast %pad : tensor<3x5xf32> -> tensor<3x5xsi32>
+// CHECK-NEXT: func.return %sl : tensor<2x8xf32>
+func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %w = hbir.constant dense<0.5> : tensor<4x4x3x3xf32>
+  %b = hbir.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %conv = hbir.conv2d %x, %w bias(%b) {stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, groups = 1 : i64} : (tensor<1x4x8x8xf32>, tensor<4x4x3x3xf32>, tensor<4xf32>) -> tensor<1x4x8x8xf32>
+  %tw = hbir.constant dense<0.25> : tensor<4x2x2x2xf32>
+  %deconv = hbir.conv_transpose2d %conv, %tw {stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, output_padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x4x8x8xf32>, tensor<4x2x2x2xf32>) -> tensor<1x2x16x16xf32>
+  %mp = hbir.max_pool2d %conv {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = true} : tensor<1x4x8x8xf32> -> tensor<1x4x4x4xf32>
+  %ap = hbir.avg_pool2d %conv {kernel = array<i64: 3, 3>, stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, count_include_pad = false} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xf32>
+  %gp = hbir.global_avg_pool2d %ap : tensor<1x4x8x8xf32> -> tensor<1x4x1x1xf32>
+  %rs = hbir.resize2d %mp {size = array<i64: 8, 8>, mode = "bilinear", align_corners = true} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
+  %neg = hbir.neg %v : tensor<2x8xf32>
+  %abs = hbir.abs %neg : tensor<2x8xf32>
+  %relu = hbir.relu %abs : tensor<2x8xf32>
+  %clip = hbir.clip %relu {min = 0.0 : f64, max = 6.0 : f64} : tensor<2x8xf32>
+  %lrelu = hbir.leaky_relu %clip {slope = 0.1 : f64} : tensor<2x8xf32>
+  %sig = hbir.sigmoid %lrelu : tensor<2x8xf32>
+  %tanh = hbir.tanh %sig : tensor<2x8xf32>
+  %exp = hbir.exp %tanh : tensor<2x8xf32>
+  %log = hbir.log %exp : tensor<2x8xf32>
+  %sqrt = hbir.sqrt %log : tensor<2x8xf32>
+  %rsqrt = hbir.rsqrt %sqrt : tensor<2x8xf32>
+  %rcp = hbir.reciprocal %rsqrt : tensor<2x8xf32>
+  %sin = hbir.sin %rcp : tensor<2x8xf32>
+  %cos = hbir.cos %sin : tensor<2x8xf32>
+  %gelu = hbir.gelu %cos {approximate = "tanh"} : tensor<2x8xf32>
+  %silu = hbir.silu %gelu : tensor<2x8xf32>
+  %hsig = hbir.hardsigmoid %silu : tensor<2x8xf32>
+  %hsw = hbir.hardswish %hsig : tensor<2x8xf32>
+  %add = hbir.add %hsw, %v : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %c1 = hbir.constant dense<2.0> : tensor<8xf32>
+  %sub = hbir.sub %add, %c1 : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %mul = hbir.mul %sub, %c1 : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %div = hbir.div %mul, %c1 : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %max = hbir.maximum %div, %v : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %min = hbir.minimum %max, %v : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %sm = hbir.softmax %min {dim = -1 : i64} : tensor<2x8xf32> -> tensor<2x8xf32>
+  %ln = hbir.layer_norm %sm weight(%c1 : tensor<8xf32>) bias(%c1 : tensor<8xf32>) {normalized_shape = array<i64: 8>, eps = 1.0e-06 : f64} : tensor<2x8xf32> -> tensor<2x8xf32>
+  %rsum = hbir.reduce_sum %ln {dims = array<i64: 1>} : tensor<2x8xf32> -> tensor<2xf32>
+  %rmean = hbir.reduce_mean %ln {dims = array<i64: -1>, keepdim = true} : tensor<2x8xf32> -> tensor<2x1xf32>
+  %rmax = hbir.reduce_max %ln {dims = array<i64: 0>} : tensor<2x8xf32> -> tensor<8xf32>
+  %lw = hbir.constant dense<0.1> : tensor<8x8xf32>
+  %lin = hbir.linear %ln, %lw bias(%c1) : (tensor<2x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  %mm = hbir.matmul %lin, %lw : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
+  %cat = hbir.concat %mm, %lin {dim = 0 : i64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<4x8xf32>
+  %sl = hbir.slice %cat {begin = array<i64: 0, 0>, end = array<i64: 4, 8>, step = array<i64: 2, 1>} : tensor<4x8xf32> -> tensor<2x8xf32>
+  %s0, %s1 = hbir.split %sl {sizes = array<i64: 3, 5>, dim = 1 : i64} : (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>)
+  %rsh = hbir.reshape %s1 : tensor<2x5xf32> -> tensor<10xf32>
+  %tr = hbir.transpose %s0 {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+  %pad = hbir.pad %tr {low = array<i64: 0, 1>, high = array<i64: 0, 2>, value = 0.5 : f64} : tensor<3x2xf32> -> tensor<3x5xf32>
+  %cast = hbir.cast %pad : tensor<3x5xf32> -> tensor<3x5xsi32>
+  func.return %sl : tensor<2x8xf32>
+}
+
+// -----
+
+// GENERIC-LABEL: "func.func"() <{sym_name = "fixed_point"
+// GENERIC: "qnt.const_fake_quant"(%x) <{min = array<f64: -1.280000e+00>, max = array<f64: 1.270000e+00>, bits = 8 : i64, narrowRange = false}> : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+// GENERIC: "qnt.requantize"(%acc) <{multiplier = array<i64: 1073741824, 1073741824, 1073741824, 1073741824>, shift = array<i64: 32, 32, 32, 33>, axis = 1 : i64, clip = array<i64: 0, 127>, rounding = "half_up", zero = 0 : i64}>
+// GENERIC: "hbir.image_convert"(%y, %uv) <{mode = "nv12"}>
+// CHECK-LABEL: func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x1x4x4xui8>, %uv: tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xf32> {
+// CHECK-NEXT: %fq = qnt.const_fake_quant %x {min = array<f64: -1.280000e+00>, max = array<f64: 1.270000e+00>, bits = 8 : i64} : tensor<1x4x8x8xf32>
+// CHECK-NEXT: %fqc = qnt.const_fake_quant %fq {min = array<f64: -1.000000e+00, -2.000000e+00, -3.000000e+00, -4.000000e+00>, max = array<f64: 1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00>, bits = 16 : i64, narrowRange = true, axis = 1 : i64} : tensor<1x4x8x8xf32>
+// CHECK-NEXT: %q = qnt.quantize %fqc {scales = array<f32: 1.000000e-02>, zeros = array<i64: 0>} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xsi8>
+// CHECK-NEXT: %w = hbir.constant dense<3> : tensor<4x4x1x1xsi8>
+// CHECK-NEXT: %b = hbir.constant dense<[1, -2, 3, -4]> : tensor<4xsi32>
+// CHECK-NEXT: %acc = hbir.conv2d %q, %w bias(%b) {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x4x8x8xsi8>, tensor<4x4x1x1xsi8>, tensor<4xsi32>) -> tensor<1x4x8x8xsi32>
+// CHECK-NEXT: %rq = qnt.requantize %acc {multiplier = array<i64: 1073741824, 1073741824, 1073741824, 1073741824>, shift = array<i64: 32, 32, 32, 33>, axis = 1 : i64, clip = array<i64: 0, 127>, rounding = "half_up"} : tensor<1x4x8x8xsi32> -> tensor<1x4x8x8xsi8>
+// CHECK-NEXT: %t = hbir.constant dense<"0x{{[0-9A-F]+}}"{{.*}}
+// CHECK-NEXT: %lut = hbir.lut %rq {table = dense<"0x{{[0-9A-F]+}}"{{.*}}
+// CHECK-NEXT: %dq = qnt.dequantize %lut {scales = array<f32: 2.000000e-02>, zeros = array<i64: 0>} : tensor<1x4x8x8xsi8> -> tensor<1x4x8x8xf32>
+// CHECK-NEXT: %bar = qnt.barrier %dq : tensor<1x4x8x8xf32>
+// CHECK-NEXT: %yuv = hbir.image_convert %y, %uv : (tensor<1x1x4x4xui8>, tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xsi8>
+// CHECK-NEXT: %img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor = 255 : i64, mean = array<f64: 4.850000e-01, 4.560000e-01, 4.060000e-01>, std = array<f64: 2.290000e-01, 2.240000e-01, 2.250000e-01>} : tensor<1x3x4x4xsi8> -> tensor<1x3x4x4xf32>
+// CHECK-NEXT: func.return %img : tensor<1x3x4x4xf32>
+func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x1x4x4xui8>, %uv: tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xf32> {
+  %fq = qnt.const_fake_quant %x {min = array<f64: -1.28>, max = array<f64: 1.27>, bits = 8 : i64} : tensor<1x4x8x8xf32>
+  %fqc = qnt.const_fake_quant %fq {min = array<f64: -1.0, -2.0, -3.0, -4.0>, max = array<f64: 1.0, 2.0, 3.0, 4.0>, bits = 16 : i64, narrowRange = true, axis = 1 : i64} : tensor<1x4x8x8xf32>
+  %q = qnt.quantize %fqc {scales = array<f32: 0.01>, zeros = array<i64: 0>} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xsi8>
+  %w = hbir.constant dense<3> : tensor<4x4x1x1xsi8>
+  %b = hbir.constant dense<[1, -2, 3, -4]> : tensor<4xsi32>
+  %acc = hbir.conv2d %q, %w bias(%b) {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x4x8x8xsi8>, tensor<4x4x1x1xsi8>, tensor<4xsi32>) -> tensor<1x4x8x8xsi32>
+  %rq = qnt.requantize %acc {multiplier = array<i64: 1073741824, 1073741824, 1073741824, 1073741824>, shift = array<i64: 32, 32, 32, 33>, axis = 1 : i64, clip = array<i64: 0, 127>, rounding = "half_up"} : tensor<1x4x8x8xsi32> -> tensor<1x4x8x8xsi8>
+  %t = hbir.constant dense<"0x000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF"> : tensor<256xsi8>
+  %lut = hbir.lut %rq {table = dense<"0x000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF"> : tensor<256xsi8>} : tensor<1x4x8x8xsi8> -> tensor<1x4x8x8xsi8>
+  %dq = qnt.dequantize %lut {scales = array<f32: 0.02>, zeros = array<i64: 0>} : tensor<1x4x8x8xsi8> -> tensor<1x4x8x8xf32>
+  %bar = qnt.barrier %dq : tensor<1x4x8x8xf32>
+  %yuv = hbir.image_convert %y, %uv {mode = "nv12"} : (tensor<1x1x4x4xui8>, tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xsi8>
+  %img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor = 255 : i64, mean = array<f64: 0.485, 0.456, 0.406>, std = array<f64: 0.229, 0.224, 0.225>} : tensor<1x3x4x4xsi8> -> tensor<1x3x4x4xf32>
+  func.return %img : tensor<1x3x4x4xf32>
+}
