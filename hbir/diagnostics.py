@@ -45,6 +45,10 @@ def _caret(span: Span) -> str:
     return f"  {line.rstrip()}\n  {' ' * col}^"
 
 
+class _UnknownOpError(ParseError):
+    """An unregistered op, already pointed at the operation's first token."""
+
+
 class TrackingParser(Parser):
     """A parser that remembers where each operation starts in the source."""
 
@@ -54,7 +58,14 @@ class TrackingParser(Parser):
 
     def parse_operation(self) -> Operation:
         span = self._current_token.span
-        op = super().parse_operation()
+        try:
+            op = super().parse_operation()
+        except ParseError as e:
+            # xDSL points an unknown op name at the token after it, often on the
+            # next line; point at the operation instead.
+            if isinstance(e, _UnknownOpError) or "is not registered" not in e.msg:
+                raise
+            raise _UnknownOpError(span, e.msg) from None
         self.op_spans[op] = span
         return op
 

@@ -62,8 +62,21 @@ def _entry_point_passes() -> dict[str, PassFactory]:
 
     found: dict[str, PassFactory] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        found[ep.name] = ep.load
+        found[ep.name] = _entry_point_loader(ep)
     return found
+
+
+def _entry_point_loader(ep) -> PassFactory:
+    def load() -> type[ModulePass]:
+        try:
+            return ep.load()
+        except Exception as e:  # a broken user package: name it, do not crash
+            raise PassRegistryError(
+                f"cannot load pass '{ep.name}' from entry point '{ep.value}': "
+                f"{type(e).__name__}: {e}"
+            ) from None
+
+    return load
 
 
 def get_all_passes() -> dict[str, PassFactory]:

@@ -14,7 +14,7 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 // NOPASS: hbir-opt: error: Unrecognized passes: ['no-such-pass']
-// PARSE: parse_error.mlir:3:18: error: Operation hbir.nope is not registered
+// PARSE: parse_error.mlir:3:3: error: Operation hbir.nope is not registered
 // PARSE-NEXT: %y = hbir.nope %x
 // PARSE-NOT: Traceback
 // VERIFY: verify_error.mlir:3:3: error: 'hbir.matmul' op lhs inner dim 8 != rhs rows 4

@@ -1,0 +1,1 @@
+"""A user's own hbir passes, packaged separately from hbir."""

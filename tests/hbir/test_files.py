@@ -1,0 +1,134 @@
+"""hbir.save / hbir.load and the .bc container: round trips and every bad input."""
+
+import struct
+
+import numpy as np
+import pytest
+
+import hbir
+from hbir import files
+
+MODEL = """
+func.func @forward(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
+  %c = hbir.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %y = hbir.add %x, %c : (tensor<1x4xf32>, tensor<4xf32>) -> tensor<1x4xf32> loc("net.py":7:3)
+  func.return %y : tensor<1x4xf32>
+}
+"""
+
+
+@pytest.fixture
+def model():
+    return hbir.Module.parse(MODEL, "model.mlir")
+
+
+@pytest.fixture
+def saved(model, tmp_path):
+    path = tmp_path / "model.bc"
+    hbir.save(model, path)
+    return path
+
+
+def test_bc_round_trip_keeps_asm_and_locations(model, saved):
+    loaded = hbir.load(saved)
+    assert loaded.module.get_asm() == model.module.get_asm()
+    debug = loaded.module.get_asm(enable_debug_info=True)
+    assert 'loc("net.py":7:3)' in debug
+    assert "loc(" not in loaded.module.get_asm()
+
+
+def test_mlir_round_trip(model, tmp_path):
+    path = tmp_path / "model.mlir"
+    hbir.save(model, path)
+    assert hbir.load(path).module.get_asm() == model.module.get_asm()
+
+
+def test_large_constant_is_stored_compactly_and_exactly(tmp_path):
+    values = np.random.default_rng(0).standard_normal(1_000_000).astype(np.float32)
+    text = (
+        "func.func @forward() -> tensor<1000000xf32> {\n"
+        f'  %c = hbir.constant dense<"0x{values.tobytes().hex().upper()}"> '
+        ": tensor<1000000xf32>\n"
+        "  func.return %c : tensor<1000000xf32>\n}\n"
+    )
+    m = hbir.Module.parse(text)
+    path = tmp_path / "big.bc"
+    hbir.save(m, path)
+    # zstd brings the hex text back to about the raw 4 MB.
+    assert path.stat().st_size < 1.1 * values.nbytes
+    loaded = hbir.load(path)
+    (const,) = [op for op in loaded["forward"].op.walk() if op.name == "hbir.constant"]
+    np.testing.assert_array_equal(np.frombuffer(const.value.data.data, np.float32), values)
+
+
+def test_wrong_suffix(model, tmp_path):
+    with pytest.raises(hbir.HbirFileError, match=r"model\.onnx: unsupported file type"):
+        hbir.save(model, tmp_path / "model.onnx")
+    (tmp_path / "model.txt").write_text(MODEL)
+    with pytest.raises(hbir.HbirFileError, match="unsupported file type '.txt'"):
+        hbir.load(tmp_path / "model.txt")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(hbir.HbirFileError, match="cannot read: No such file"):
+        hbir.load(tmp_path / "absent.bc")
+
+
+def test_truncated_file(saved):
+    data = saved.read_bytes()
+    saved.write_bytes(data[:-10])
+    with pytest.raises(hbir.HbirFileError, match="truncated: header announces"):
+        hbir.load(saved)
+    saved.write_bytes(data[:20])
+    with pytest.raises(hbir.HbirFileError, match="shorter than the 32-byte .bc header"):
+        hbir.load(saved)
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_flipped_payload_byte(saved, where):
+    data = bytearray(saved.read_bytes())
+    i = {"first": 32, "middle": (32 + len(data)) // 2, "last": len(data) - 1}[where]
+    data[i] ^= 0x40
+    saved.write_bytes(bytes(data))
+    with pytest.raises(hbir.HbirFileError, match="checksum mismatch"):
+        hbir.load(saved)
+
+
+def test_bad_magic(saved):
+    data = bytearray(saved.read_bytes())
+    data[0:4] = b"MLIR"
+    saved.write_bytes(bytes(data))
+    with pytest.raises(hbir.HbirFileError, match="not an hbir .bc file"):
+        hbir.load(saved)
+
+
+def test_newer_format_version(saved):
+    data = bytearray(saved.read_bytes())
+    struct.pack_into("<H", data, 8, files.FORMAT_MAJOR + 1)
+    saved.write_bytes(bytes(data))
+    with pytest.raises(hbir.HbirFileError, match="format version 2.0 is newer"):
+        hbir.load(saved)
+
+
+def test_newer_minor_version_still_loads(saved, model):
+    data = bytearray(saved.read_bytes())
+    struct.pack_into("<H", data, 10, files.FORMAT_MINOR + 5)
+    saved.write_bytes(bytes(data))
+    assert hbir.load(saved).module.get_asm() == model.module.get_asm()
+
+
+def test_malformed_text_inside_bc_is_located(tmp_path):
+    path = tmp_path / "bad.bc"
+    path.write_bytes(files.encode_bc("func.func @f() {\n  %x = hbir.nope\n}\n"))
+    with pytest.raises(hbir.HbirParseError, match=r"bad\.bc:2:\d+: error: .*hbir\.nope"):
+        hbir.load(path)
+
+
+def test_malformed_mlir_file(tmp_path):
+    path = tmp_path / "bad.mlir"
+    path.write_text(MODEL.replace("tensor<4xf32>)", "tensor<4xf32)"))
+    with pytest.raises(hbir.HbirParseError) as info:
+        hbir.load(path)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(f"{path}:4:")
+    assert "Traceback" not in str(info.value)
