@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import (
     AnyFloat,
-    BoolAttr,
     DictionaryAttr,
     IntegerAttr,
     IntegerType,
@@ -279,9 +278,7 @@ class Module:
 
     def _flag(self, name: str, default: bool) -> bool:
         attr = self._attr(name)
-        if isinstance(attr, BoolAttr):
-            return bool(attr.value.data)
-        if isinstance(attr, IntegerAttr):
+        if isinstance(attr, IntegerAttr):  # BoolAttr is an i1 IntegerAttr
             return bool(attr.value.data)
         return default
 

@@ -58,7 +58,9 @@ def test_large_constant_is_stored_compactly_and_exactly(tmp_path):
     assert path.stat().st_size < 1.1 * values.nbytes
     loaded = hbir.load(path)
     (const,) = [op for op in loaded["forward"].op.walk() if op.name == "hbir.constant"]
-    np.testing.assert_array_equal(np.frombuffer(const.value.data.data, np.float32), values)
+    np.testing.assert_array_equal(
+        np.frombuffer(const.value.data.data, np.float32), values
+    )
 
 
 def test_wrong_suffix(model, tmp_path):
@@ -120,7 +122,9 @@ def test_newer_minor_version_still_loads(saved, model):
 def test_malformed_text_inside_bc_is_located(tmp_path):
     path = tmp_path / "bad.bc"
     path.write_bytes(files.encode_bc("func.func @f() {\n  %x = hbir.nope\n}\n"))
-    with pytest.raises(hbir.HbirParseError, match=r"bad\.bc:2:\d+: error: .*hbir\.nope"):
+    with pytest.raises(
+        hbir.HbirParseError, match=r"bad\.bc:2:\d+: error: .*hbir\.nope"
+    ):
         hbir.load(path)
 
 

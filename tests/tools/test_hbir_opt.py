@@ -1,0 +1,83 @@
+"""hbir-opt as a process: help, start-up imports, errors, .bc output."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import hbir
+
+INPUTS = Path(__file__).parents[1] / "filecheck" / "tools" / "Inputs"
+
+
+def opt(*args, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "hbir.tools.hbir_opt", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        **kwargs,
+    )
+
+
+def test_help_lists_every_pass_with_its_summary():
+    from hbir.passes import get_all_passes, summary
+
+    res = opt("--help")
+    assert res.returncode == 0
+    for name, factory in get_all_passes().items():
+        assert f"  {name:<24} {summary(factory())}" in res.stdout
+
+
+def test_help_imports_no_torch():
+    code = (
+        "import sys; sys.argv = ['hbir-opt', '--help']\n"
+        "from hbir.tools.hbir_opt import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "assert 'hbir.runtime.interpreter' not in sys.modules\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+
+
+def test_errors_are_one_located_message_and_status_1():
+    for name, first in [
+        ("parse_error.mlir", "parse_error.mlir:3:3: error: Operation hbir.nope"),
+        ("verify_error.mlir", "verify_error.mlir:3:3: error: 'hbir.matmul' op"),
+    ]:
+        res = opt(str(INPUTS / name))
+        assert res.returncode == 1
+        assert first in res.stderr.splitlines()[0]
+        assert "Traceback" not in res.stderr
+        assert len(res.stderr.splitlines()) == 3  # message, source line, caret
+
+
+def test_bc_output_and_input(tmp_path):
+    src = tmp_path / "m.mlir"
+    src.write_text(
+        "func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "  %y = hbir.relu %x : tensor<4xf32>\n"
+        "  func.return %y : tensor<4xf32>\n}\n"
+    )
+    out = tmp_path / "m.bc"
+    assert opt(str(src), "-o", str(out)).returncode == 0
+    assert out.read_bytes()[:6] == b"HBIRBC"
+    assert hbir.load(out).module.get_asm() == hbir.load(src).module.get_asm()
+    res = opt(str(out), "-p", "cleanup")
+    assert res.returncode == 0 and "hbir.relu %x" in res.stdout
+
+
+def test_corrupt_bc_input(tmp_path):
+    bad = tmp_path / "bad.bc"
+    bad.write_bytes(b"HBIRBC\x00\x01" + b"\x00" * 10)
+    res = opt(str(bad))
+    assert res.returncode == 1
+    assert "truncated" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_missing_input_file(tmp_path):
+    res = opt(str(tmp_path / "absent.mlir"))
+    assert res.returncode == 1
+    assert "No such file" in res.stderr and "Traceback" not in res.stderr
