@@ -1,0 +1,717 @@
+"""Reference interpreter: runs a ``func.func`` of hbir / qnt ops on numpy arrays.
+
+One table ``KERNELS = {OpClass: kernel}`` and one loop over the function's block.
+A kernel is a small pure function ``(op, *operand_arrays) -> tuple of results``.
+
+Float ops call exactly the torch functional a torch model calls, on
+``torch.from_numpy`` views, so an exported model and its IR agree bit for bit.
+Integer ops (element types ``si8`` / ``si16`` / ``si32``) are exact: conv, linear
+and matmul accumulate in float64 torch kernels, which are exact while every partial
+sum stays below 2**53 (checked from the operand widths), then add the si32 bias in
+int64 and saturate to si32; elementwise ops and sums run in int64 and saturate to
+the result type; means and average pools divide an exact int64 sum once with
+``numerics.divide_round`` (half-to-even). Quantization follows
+``runtime/numerics.py``, the single source of integer semantics.
+
+Arrays use the element type's numpy dtype (``si8`` and ``i8`` -> int8, ``ui8`` ->
+uint8, ``f16`` -> float16, ...). numpy has no bfloat16, so ``bf16`` values travel as
+float32 arrays holding bf16-representable values; float kernels compute in float32
+and round once to bf16, which is what torch's CPU kernels do internally for most ops
+but is not guaranteed bit-exact for all of them.
+
+Data-movement ops (transpose, slice, split) return numpy views where torch returns
+views, so a following reduction sees the same strides as in the torch model.
+
+This module imports torch: only code that executes a model imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    FileLineColLoc,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerType,
+    Signedness,
+    TensorType,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from hbir.dialects import hbir, qnt
+from hbir.runtime import numerics
+
+Kernel = Callable[..., tuple[np.ndarray, ...]]
+
+
+class InterpreterError(RuntimeError):
+    """An op that could not be executed; the message starts with its location."""
+
+
+# ------------------------------------------------------------------ types
+
+
+_FLOAT_DTYPES = {
+    Float16Type: np.float16,
+    Float32Type: np.float32,
+    Float64Type: np.float64,
+    BFloat16Type: np.float32,  # carrier; values are rounded to bf16
+}
+
+
+@functools.cache
+def np_dtype(element: Attribute) -> np.dtype:
+    """The numpy storage dtype of an element type (signless ints are signed)."""
+    if isinstance(element, IntegerType):
+        width = element.width.data
+        if width not in (8, 16, 32, 64):
+            raise InterpreterError(f"unsupported integer width {width} ({element})")
+        unsigned = element.signedness.data == Signedness.UNSIGNED
+        return np.dtype(f"{'uint' if unsigned else 'int'}{width}")
+    dtype = _FLOAT_DTYPES.get(type(element))
+    if dtype is None:
+        raise InterpreterError(f"unsupported element type {element}")
+    return np.dtype(dtype)
+
+
+def _element(value: SSAValue) -> Attribute:
+    t = value.type
+    assert isinstance(t, TensorType), f"expected a tensor, got {t}"
+    return t.element_type
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    t = value.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def _code_range(element: Attribute, narrow_range: bool = False) -> tuple[int, int]:
+    """The integer code range of an element type; narrow drops the lowest code."""
+    dtype = np_dtype(element)
+    if dtype.kind == "f":
+        raise InterpreterError(f"expected an integer type, got {element}")
+    info = np.iinfo(dtype)
+    return int(info.min) + int(narrow_range), int(info.max)
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    """Round to bfloat16 (once, half-to-even) and carry the values as float32."""
+    return torch.from_numpy(x).bfloat16().float().numpy()
+
+
+# ------------------------------------------------------------------ conversions
+
+
+def _t(x: np.ndarray) -> torch.Tensor:
+    """A torch view of a numpy array (no copy)."""
+    return torch.from_numpy(x)
+
+
+def _f64(x: np.ndarray) -> torch.Tensor:
+    """Integer codes as a float64 tensor (exact)."""
+    return torch.from_numpy(x.astype(np.float64))
+
+
+def _float_out(op: Operation, y: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A float result in the storage dtype of the op's first result."""
+    element = _element(op.results[0])
+    y = y.numpy() if isinstance(y, torch.Tensor) else y
+    if isinstance(element, BFloat16Type):
+        return _round_bf16(y)
+    return y.astype(np_dtype(element), copy=False)
+
+
+def _int_out(op: Operation, y: np.ndarray) -> np.ndarray:
+    """An exact int64 result saturated to the op's (first) result type."""
+    element = _element(op.results[0])
+    lo, hi = _code_range(element)
+    return np.asarray(np.clip(y, lo, hi), np_dtype(element))
+
+
+def _is_float(x: np.ndarray) -> bool:
+    return x.dtype.kind == "f"
+
+
+def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
+    """A dense attribute as a writable numpy array of its type's shape."""
+    t = attr.get_type()
+    assert isinstance(t, TensorType)
+    shape = tuple(t.get_shape())
+    if isinstance(t.element_type, BFloat16Type):
+        bits = np.frombuffer(attr.data.data, np.uint16).astype(np.uint32) << 16
+        flat = bits.view(np.float32)
+    else:
+        flat = np.frombuffer(attr.data.data, np_dtype(t.element_type))
+    if flat.size == 1 and np.prod(shape, dtype=np.int64) != 1:  # a splat kept once
+        return np.full(shape, flat[0])
+    return flat.reshape(shape).copy()
+
+
+# ------------------------------------------------------------------ constant
+
+
+def _constant(op: hbir.ConstantOp) -> tuple[np.ndarray, ...]:
+    return (dense_array(op.value),)
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+def _unary_float(fn: Callable[..., torch.Tensor]) -> Kernel:
+    """A float-only elementwise op (in fixed point these become hbir.lut)."""
+
+    def kernel(op: Operation, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        return (_float_out(op, fn(_t(x))),)
+
+    return kernel
+
+
+def _elementwise(float_fn: Callable, int_fn: Callable | None) -> Kernel:
+    """Float: the torch op. Integer: the numpy op in int64, saturated to the result."""
+
+    def kernel(op: Operation, *args: np.ndarray) -> tuple[np.ndarray, ...]:
+        if _is_float(args[0]):
+            return (_float_out(op, float_fn(*map(_t, args))),)
+        if int_fn is None:
+            raise InterpreterError(f"no integer form for element type {args[0].dtype}")
+        return (_int_out(op, int_fn(*(a.astype(np.int64) for a in args))),)
+
+    return kernel
+
+
+def _relu_int(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0)
+
+
+def _clip(op: hbir.ClipOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Float: torch.clamp. Integer: clip to the bounds rounded half-to-even."""
+    lo, hi = op.min.value.data, op.max.value.data
+    if _is_float(x):
+        return (_float_out(op, torch.clamp(_t(x), lo, hi)),)
+    lo, hi = round(lo), round(hi)  # Python's round() is half-to-even
+    return (_int_out(op, np.clip(x.astype(np.int64), lo, hi)),)
+
+
+def _leaky_relu(op: hbir.LeakyReluOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (_float_out(op, F.leaky_relu(_t(x), op.slope.value.data)),)
+
+
+def _gelu(op: hbir.GeluOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (_float_out(op, F.gelu(_t(x), approximate=op.approximate.data)),)
+
+
+# ------------------------------------------------------------------ normalisation
+
+
+def _softmax(op: hbir.SoftmaxOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (_float_out(op, torch.softmax(_t(x), op.dim.value.data)),)
+
+
+def _layer_norm(op: hbir.LayerNormOp, x: np.ndarray, *rest: np.ndarray):
+    params = iter(rest)  # the optional operands that are present, in order
+    weight = _t(next(params)) if op.weight is not None else None
+    bias = _t(next(params)) if op.bias is not None else None
+    shape = tuple(op.normalized_shape.get_values())
+    y = F.layer_norm(_t(x), shape, weight, bias, op.eps.value.data)
+    return (_float_out(op, y),)
+
+
+# ------------------------------------------------------------------ reductions
+
+
+def _reduce_args(op: hbir.ReduceOp) -> tuple[tuple[int, ...], bool]:
+    return tuple(op.dims.get_values()), bool(op.keepdim.value.data)
+
+
+def _reduce_sum(op: hbir.ReduceSumOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    dims, keepdim = _reduce_args(op)
+    if not dims:  # the IR reduces nothing (torch would read [] as "all dims")
+        return (x,)
+    if _is_float(x):
+        return (_float_out(op, torch.sum(_t(x), dims, keepdim)),)
+    return (_int_out(op, np.sum(x, axis=dims, dtype=np.int64, keepdims=keepdim)),)
+
+
+def _reduce_mean(op: hbir.ReduceMeanOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    dims, keepdim = _reduce_args(op)
+    if not dims:
+        return (x,)
+    if _is_float(x):
+        return (_float_out(op, torch.mean(_t(x), dims, keepdim)),)
+    total = np.sum(x, axis=dims, dtype=np.int64, keepdims=keepdim)
+    count = int(np.prod([x.shape[d] for d in dims]))
+    return (_int_out(op, numerics.divide_round(total, count, numerics.HALF_EVEN)),)
+
+
+def _reduce_max(op: hbir.ReduceMaxOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    dims, keepdim = _reduce_args(op)
+    if not dims:
+        return (x,)
+    if _is_float(x):
+        return (_float_out(op, torch.amax(_t(x), dims, keepdim)),)
+    return (np.asarray(np.max(x, axis=dims, keepdims=keepdim)),)
+
+
+# ------------------------------------------------------------------ conv / gemm
+
+
+def _check_exact(x: np.ndarray, w: np.ndarray, terms: int) -> None:
+    """float64 accumulation is exact while terms * max|x| * max|w| <= 2**53."""
+    bound = terms
+    for a in (x, w):
+        info = np.iinfo(a.dtype)
+        bound *= max(-int(info.min), int(info.max))
+    if bound > 2**53:
+        raise InterpreterError(
+            f"{terms}-term {x.dtype} x {w.dtype} accumulation may exceed 2**53"
+        )
+
+
+def _accumulate(op: Operation, acc: torch.Tensor, bias: np.ndarray | None, axis: int):
+    """Exact float64 sums -> int64, plus the si32 bias along ``axis``, saturated."""
+    y = acc.numpy().astype(np.int64)
+    if bias is not None:
+        shape = [1] * y.ndim
+        shape[axis] = bias.size
+        y = y + bias.astype(np.int64).reshape(shape)
+    return (_int_out(op, y),)
+
+
+def _conv2d(op: hbir.Conv2dOp, x: np.ndarray, w: np.ndarray, b=None):
+    params = (
+        tuple(op.stride.get_values()),
+        tuple(op.padding.get_values()),
+        tuple(op.dilation.get_values()),
+        op.groups.value.data,
+    )
+    if _is_float(x):
+        bias = None if b is None else _t(b)
+        return (_float_out(op, F.conv2d(_t(x), _t(w), bias, *params)),)
+    _check_exact(x, w, w.shape[1] * w.shape[2] * w.shape[3])
+    return _accumulate(op, F.conv2d(_f64(x), _f64(w), None, *params), b, 1)
+
+
+def _conv_transpose2d(op: hbir.ConvTranspose2dOp, x: np.ndarray, w: np.ndarray, b=None):
+    stride = tuple(op.stride.get_values())
+    padding = tuple(op.padding.get_values())
+    output_padding = tuple(op.output_padding.get_values())
+    groups, dilation = op.groups.value.data, tuple(op.dilation.get_values())
+    params = (stride, padding, output_padding, groups, dilation)
+    if _is_float(x):
+        bias = None if b is None else _t(b)
+        return (_float_out(op, F.conv_transpose2d(_t(x), _t(w), bias, *params)),)
+    # Each output sums at most (C_in / groups) * kH * kW products.
+    _check_exact(x, w, (w.shape[0] // groups) * w.shape[2] * w.shape[3])
+    acc = F.conv_transpose2d(_f64(x), _f64(w), None, *params)
+    return _accumulate(op, acc, b, 1)
+
+
+def _linear(op: hbir.LinearOp, x: np.ndarray, w: np.ndarray, b=None):
+    if _is_float(x):
+        bias = None if b is None else _t(b)
+        return (_float_out(op, F.linear(_t(x), _t(w), bias)),)
+    _check_exact(x, w, w.shape[1])
+    return _accumulate(op, F.linear(_f64(x), _f64(w)), b, -1)
+
+
+def _matmul(op: hbir.MatmulOp, a: np.ndarray, b: np.ndarray):
+    if _is_float(a):
+        return (_float_out(op, torch.matmul(_t(a), _t(b))),)
+    _check_exact(a, b, a.shape[-1])
+    return _accumulate(op, torch.matmul(_f64(a), _f64(b)), None, -1)
+
+
+# ------------------------------------------------------------------ pooling / resize
+
+
+def _pool_args(op: hbir.Pool2dOp) -> dict:
+    return {
+        "kernel_size": tuple(op.kernel.get_values()),
+        "stride": tuple(op.stride.get_values()),
+        "padding": tuple(op.padding.get_values()),
+        "ceil_mode": bool(op.ceil_mode.value.data),
+    }
+
+
+def _max_pool2d(op: hbir.MaxPool2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    args = _pool_args(op) | {"dilation": tuple(op.dilation.get_values())}
+    if _is_float(x):
+        return (_float_out(op, F.max_pool2d(_t(x), **args)),)
+    return (F.max_pool2d(_f64(x), **args).numpy().astype(x.dtype),)
+
+
+def _pool_extents(
+    size: int, out: int, kernel: int, stride: int, pad: int, include_pad: bool
+) -> np.ndarray:
+    """Per-output window extent along one axis, as torch's avg_pool2d counts it.
+
+    With ``count_include_pad`` the window may cover the padding but not the
+    ceil_mode overhang past it; without, only real input elements count.
+    """
+    start = np.arange(out) * stride - pad
+    end = np.minimum(start + kernel, size + pad)
+    if not include_pad:
+        start, end = np.maximum(start, 0), np.minimum(end, size)
+    return end - start
+
+
+def _avg_pool2d(op: hbir.AvgPool2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Float: F.avg_pool2d. Integer: exact window sum, one half-to-even division."""
+    args = _pool_args(op)
+    include_pad = bool(op.count_include_pad.value.data)
+    if _is_float(x):
+        y = F.avg_pool2d(_t(x), **args, count_include_pad=include_pad)
+        return (_float_out(op, y),)
+    sums = F.avg_pool2d(_f64(x), **args, divisor_override=1).numpy().astype(np.int64)
+    k, s, p = args["kernel_size"], args["stride"], args["padding"]
+    rows, cols = (
+        _pool_extents(x.shape[2 + i], sums.shape[2 + i], k[i], s[i], p[i], include_pad)
+        for i in range(2)
+    )
+    counts = np.outer(rows, cols)
+    return (_int_out(op, numerics.divide_round(sums, counts, numerics.HALF_EVEN)),)
+
+
+def _global_avg_pool2d(op: hbir.GlobalAvgPool2dOp, x: np.ndarray):
+    """Float: ``F.adaptive_avg_pool2d(x, 1)`` (torchvision's head; torch computes it
+    as ``x.mean((2, 3), keepdim=True)``, so both spellings agree bit for bit).
+    Integer: exact sum over H x W, one half-to-even division."""
+    if _is_float(x):
+        return (_float_out(op, F.adaptive_avg_pool2d(_t(x), 1)),)
+    total = np.sum(x, axis=(2, 3), dtype=np.int64, keepdims=True)
+    count = x.shape[2] * x.shape[3]
+    return (_int_out(op, numerics.divide_round(total, count, numerics.HALF_EVEN)),)
+
+
+def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``F.interpolate(x, size=...)``; integer bilinear: float64, then half-to-even.
+
+    The IR carries the output size, so a model that calls interpolate with a
+    ``scale_factor`` whose reciprocal differs from ``in / out`` samples differently.
+    """
+    mode = op.mode.data
+    size = tuple(op.size.get_values())
+    corners = bool(op.align_corners.value.data) if mode == "bilinear" else None
+    if _is_float(x):
+        y = F.interpolate(_t(x), size=size, mode=mode, align_corners=corners)
+        return (_float_out(op, y),)
+    y = F.interpolate(_f64(x), size=size, mode=mode, align_corners=corners).numpy()
+    return (_int_out(op, np.rint(y).astype(np.int64)),)
+
+
+# ------------------------------------------------------------------ data movement
+
+
+def _concat(op: hbir.ConcatOp, *xs: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (np.concatenate(xs, axis=op.dim.value.data),)
+
+
+def _slice(op: hbir.SliceOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    # Python slices clamp begin / end exactly like shapes.slice_.
+    begin, end, step = op.begin.get_values(), op.end.get_values(), op.step.get_values()
+    bounds = zip(begin, end, step, strict=True)
+    return (x[tuple(slice(b, e, s) for b, e, s in bounds)],)
+
+
+def _split(op: hbir.SplitOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    cuts = np.cumsum(op.sizes.get_values())[:-1]
+    return tuple(np.split(x, cuts, axis=op.dim.value.data))
+
+
+def _reshape(op: hbir.ReshapeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (x.reshape(_shape(op.output)),)
+
+
+def _transpose(op: hbir.TransposeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (np.transpose(x, tuple(op.perm.get_values())),)
+
+
+def _pad(op: hbir.PadOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Constant padding; negative amounts crop (as F.pad). Integer tensors pad with
+    the value rounded half-to-even and saturated to the element type."""
+    low, high = op.low.get_values(), op.high.get_values()
+    crop = tuple(
+        slice(max(-lo, 0), n - max(-hi, 0))
+        for n, lo, hi in zip(x.shape, low, high, strict=True)
+    )
+    widths = [(max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high, strict=True)]
+    value = op.value.value.data
+    if not _is_float(x):
+        lo, hi = _code_range(_element(op.input))
+        value = min(max(round(value), lo), hi)
+    y = np.pad(x[crop], widths, constant_values=value)
+    return (_float_out(op, y) if _is_float(x) else y,)
+
+
+def _cast(op: hbir.CastOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """As torch ``.to(dtype)``, except that float -> int truncates toward zero and
+    saturates (NaN -> 0) and int -> int saturates instead of wrapping."""
+    element = _element(op.output)
+    dtype = np_dtype(element)
+    if dtype.kind == "f":
+        return (_float_out(op, x),)
+    if not _is_float(x):
+        return (_int_out(op, x.astype(np.int64)),)
+    lo, hi = _code_range(element)
+    v = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
+    top = float(hi) if float(hi) <= hi else np.nextafter(float(hi), 0.0)
+    y = np.clip(v, lo, top).astype(np.int64)  # top: the largest float <= hi
+    y[v > top] = hi
+    return (y.astype(dtype),)
+
+
+# ------------------------------------------------------------------ fixed point
+
+
+def _lut(op: hbir.LutOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (dense_array(op.table)[x.astype(np.int64) + 128],)
+
+
+# ------------------------------------------------------------------ image input
+
+
+def _image_convert(op: hbir.ImageConvertOp, y: np.ndarray, uv: np.ndarray):
+    """NV12 -> centred YUV444: chroma upsampled by repeating each sample 2 x 2."""
+    chroma = uv.repeat(2, axis=2).repeat(2, axis=3)
+    yuv = np.concatenate([y, chroma], axis=1).astype(np.int16) - 128
+    return (yuv.astype(np.int8),)
+
+
+_CSC = {
+    "yuv_bt601_full_to_rgb": numerics.yuv_to_rgb_bt601_full,
+    "yuv_bt601_video_to_rgb": numerics.yuv_to_rgb_bt601_video,
+}
+
+
+def _image_preprocess(op: hbir.ImagePreprocessOp, x: np.ndarray):
+    """Integer colour conversion, then ``(v / divisor - mean) / std`` in float32
+    with float32 mean / std tensors, as torchvision's ToTensor + Normalize."""
+    v = x.astype(np.int64) + 128
+    convert = _CSC.get(op.csc.data)
+    if convert is not None:
+        v = np.stack(convert(v[:, 0], v[:, 1], v[:, 2]), axis=1)
+    mean = torch.tensor(op.mean.get_values(), dtype=torch.float32).view(1, 3, 1, 1)
+    std = torch.tensor(op.std.get_values(), dtype=torch.float32).view(1, 3, 1, 1)
+    img = _t(v.astype(np.float32)) / op.divisor.value.data
+    return (_float_out(op, (img - mean) / std),)
+
+
+# ------------------------------------------------------------------ qnt
+
+
+def _axis(op: Operation) -> int | None:
+    axis = op.axis  # type: ignore[attr-defined]
+    return None if axis is None else axis.value.data
+
+
+def _const_fake_quant(
+    op: qnt.ConstFakeQuantOp, x: np.ndarray, *, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
+    y = numerics.const_fake_quant(
+        x,
+        np.asarray(op.min.get_values()),
+        np.asarray(op.max.get_values()),
+        op.bits.value.data,
+        bool(op.narrowRange.value.data),
+        _axis(op),
+        rounding,
+    )
+    return (_float_out(op, y),)
+
+
+def _quantize(op: qnt.QuantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    element = _element(op.output)
+    qmin, qmax = _code_range(element, bool(op.narrowRange.value.data))
+    q = numerics.quantize(
+        x,
+        np.asarray(op.scales.get_values(), np.float32),
+        np.asarray(op.zeros.get_values()),
+        qmin,
+        qmax,
+        _axis(op),
+        op.rounding.data,
+    )
+    return (q.astype(np_dtype(element)),)
+
+
+def _dequantize(op: qnt.DequantizeOp, q: np.ndarray) -> tuple[np.ndarray, ...]:
+    scales = np.asarray(op.scales.get_values(), np.float32)
+    y = numerics.dequantize(q, scales, np.asarray(op.zeros.get_values()), _axis(op))
+    return (_float_out(op, y),)
+
+
+def _requantize(op: qnt.RequantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    element = _element(op.output)
+    lo, hi = _code_range(element)
+    if op.clip is not None:
+        clip_lo, clip_hi = op.clip.get_values()
+        lo, hi = max(lo, clip_lo), min(hi, clip_hi)
+    y = numerics.requantize(
+        x,
+        np.asarray(op.multiplier.get_values()),
+        np.asarray(op.shift.get_values()),
+        op.zero.value.data,
+        lo,
+        hi,
+        _axis(op),
+        op.rounding.data,
+    )
+    return (y.astype(np_dtype(element)),)
+
+
+def _identity(op: Operation, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (x,)
+
+
+# ------------------------------------------------------------------ the table
+
+KERNELS: dict[type[Operation], Kernel] = {
+    hbir.ConstantOp: _constant,
+    hbir.NegOp: _elementwise(torch.neg, np.negative),
+    hbir.AbsOp: _elementwise(torch.abs, np.abs),
+    hbir.ReluOp: _elementwise(torch.relu, _relu_int),
+    hbir.ClipOp: _clip,
+    hbir.LeakyReluOp: _leaky_relu,
+    hbir.SigmoidOp: _unary_float(torch.sigmoid),
+    hbir.TanhOp: _unary_float(torch.tanh),
+    hbir.ExpOp: _unary_float(torch.exp),
+    hbir.LogOp: _unary_float(torch.log),
+    hbir.SqrtOp: _unary_float(torch.sqrt),
+    hbir.RsqrtOp: _unary_float(torch.rsqrt),
+    hbir.ReciprocalOp: _unary_float(torch.reciprocal),
+    hbir.SinOp: _unary_float(torch.sin),
+    hbir.CosOp: _unary_float(torch.cos),
+    hbir.GeluOp: _gelu,
+    hbir.SiluOp: _unary_float(F.silu),
+    hbir.HardsigmoidOp: _unary_float(F.hardsigmoid),
+    hbir.HardswishOp: _unary_float(F.hardswish),
+    hbir.AddOp: _elementwise(torch.add, np.add),
+    hbir.SubOp: _elementwise(torch.sub, np.subtract),
+    hbir.MulOp: _elementwise(torch.mul, np.multiply),
+    hbir.DivOp: _elementwise(torch.div, None),
+    hbir.MaximumOp: _elementwise(torch.maximum, np.maximum),
+    hbir.MinimumOp: _elementwise(torch.minimum, np.minimum),
+    hbir.SoftmaxOp: _softmax,
+    hbir.LayerNormOp: _layer_norm,
+    hbir.ReduceSumOp: _reduce_sum,
+    hbir.ReduceMeanOp: _reduce_mean,
+    hbir.ReduceMaxOp: _reduce_max,
+    hbir.Conv2dOp: _conv2d,
+    hbir.ConvTranspose2dOp: _conv_transpose2d,
+    hbir.LinearOp: _linear,
+    hbir.MatmulOp: _matmul,
+    hbir.MaxPool2dOp: _max_pool2d,
+    hbir.AvgPool2dOp: _avg_pool2d,
+    hbir.GlobalAvgPool2dOp: _global_avg_pool2d,
+    hbir.Resize2dOp: _resize2d,
+    hbir.ConcatOp: _concat,
+    hbir.SliceOp: _slice,
+    hbir.SplitOp: _split,
+    hbir.ReshapeOp: _reshape,
+    hbir.TransposeOp: _transpose,
+    hbir.PadOp: _pad,
+    hbir.CastOp: _cast,
+    hbir.LutOp: _lut,
+    hbir.ImageConvertOp: _image_convert,
+    hbir.ImagePreprocessOp: _image_preprocess,
+    qnt.ConstFakeQuantOp: _const_fake_quant,
+    qnt.QuantizeOp: _quantize,
+    qnt.DequantizeOp: _dequantize,
+    qnt.RequantizeOp: _requantize,
+    qnt.BarrierOp: _identity,
+}
+
+
+# ------------------------------------------------------------------ the loop
+
+
+def where(op: Operation) -> str:
+    """``file:line:col`` of an op, or its location as printed (``loc(...)``)."""
+    loc = op.location
+    if isinstance(loc, FileLineColLoc):
+        return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+    return str(loc)
+
+
+def _error(op: Operation, message: str) -> InterpreterError:
+    return InterpreterError(f"{where(op)}: error: '{op.name}' op {message}")
+
+
+def _bind_input(index: int, arg: SSAValue, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    dtype, shape = np_dtype(_element(arg)), _shape(arg)
+    name = f"input {index}" + (f" (%{arg.name_hint})" if arg.name_hint else "")
+    if x.dtype != dtype:
+        raise ValueError(f"{name} has dtype {x.dtype}, expected {dtype} ({arg.type})")
+    if x.shape != shape:
+        raise ValueError(f"{name} has shape {x.shape}, expected {shape}")
+    if not x.flags.writeable:  # torch.from_numpy warns on read-only arrays
+        x = x.copy()
+    return _round_bf16(x) if isinstance(_element(arg), BFloat16Type) else x
+
+
+def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
+    """Catch a kernel that disagrees with the IR's result type."""
+    dtype, shape = np_dtype(_element(value)), _shape(value)
+    if not isinstance(y, np.ndarray) or y.dtype != dtype or y.shape != shape:
+        got = f"{y.dtype} {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__
+        raise _error(op, f"produced {got}, expected {dtype} {shape}")
+
+
+def run_function(
+    func_op: func.FuncOp,
+    inputs: Sequence[np.ndarray],
+    *,
+    rounding: str = numerics.HALF_EVEN,
+    on_op: Callable[[Operation, tuple[np.ndarray, ...]], None] | None = None,
+) -> list[np.ndarray]:
+    """Execute ``func_op`` on ``inputs`` and return its ``func.return`` operands.
+
+    ``rounding`` is the model's mode for ``qnt.const_fake_quant`` (``half_up`` when
+    the module has ``hbir.legacy_round``); quantize / requantize carry their own.
+    ``on_op(op, results)`` is called after every op except the terminator.
+    """
+    if rounding not in (numerics.HALF_EVEN, numerics.HALF_UP):
+        raise ValueError(f"unknown rounding mode {rounding!r}")
+    kernels = KERNELS
+    if rounding != numerics.HALF_EVEN:
+        fake_quant = functools.partial(_const_fake_quant, rounding=rounding)
+        kernels = {**KERNELS, qnt.ConstFakeQuantOp: fake_quant}
+    name = func_op.sym_name.data
+    if len(func_op.body.blocks) != 1:
+        raise InterpreterError(f"@{name} must have exactly one block")
+    block = func_op.body.block
+    if len(inputs) != len(block.args):
+        raise ValueError(f"@{name} takes {len(block.args)} inputs, got {len(inputs)}")
+    env: dict[SSAValue, np.ndarray] = {
+        arg: _bind_input(i, arg, x)
+        for i, (arg, x) in enumerate(zip(block.args, inputs, strict=True))
+    }
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            return [env[v] for v in op.arguments]
+        kernel = kernels.get(type(op))
+        if kernel is None:
+            raise _error(op, "has no interpreter kernel")
+        try:
+            results = kernel(op, *[env[v] for v in op.operands])
+        except InterpreterError as e:
+            raise _error(op, str(e)) from e
+        except Exception as e:
+            raise _error(op, f"failed: {type(e).__name__}: {e}") from e
+        for value, y in zip(op.results, results, strict=True):
+            _check_result(op, value, y)
+            env[value] = y
+        if on_op is not None:
+            on_op(op, results)
+    raise InterpreterError(f"@{name} has no func.return")

@@ -1,0 +1,366 @@
+"""runtime/numerics.py against torch and against exact rational arithmetic."""
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from hbir.runtime import numerics
+
+HALF = Fraction(1, 2)
+
+
+def exact_round(value: Fraction, mode: str) -> int:
+    """The rounding definitions, on exact rationals (Python's round is half-even)."""
+    return round(value) if mode == numerics.HALF_EVEN else math.floor(value + HALF)
+
+
+# ------------------------------------------------------------------ ranges
+
+
+def test_qrange_and_saturate():
+    assert numerics.qrange(8) == (-128, 127)
+    assert numerics.qrange(8, narrow_range=True) == (-127, 127)
+    assert numerics.qrange(16) == (-(2**15), 2**15 - 1)
+    x = np.array([-(2**40), -129, -128, 0, 127, 128, 2**40])
+    np.testing.assert_array_equal(
+        numerics.saturate(x, 8), [-128, -128, -128, 0, 127, 127, 127]
+    )
+    with pytest.raises(ValueError, match="bits"):
+        numerics.qrange(1)
+
+
+# ------------------------------------------------------------------ rounding
+
+
+def test_round_float_half_even_vs_half_up():
+    ties = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], np.float32)
+    expect_even = [round(Fraction(float(v))) for v in ties]
+    expect_up = [math.floor(Fraction(float(v)) + HALF) for v in ties]
+    assert expect_even != expect_up
+    np.testing.assert_array_equal(numerics.round_float(ties), expect_even)
+    np.testing.assert_array_equal(
+        numerics.round_float(ties, numerics.HALF_UP), expect_up
+    )
+    assert numerics.round_float(ties).dtype == np.float32
+    with pytest.raises(ValueError, match="rounding mode"):
+        numerics.round_float(ties, "nearest")
+
+
+def test_round_float_matches_fraction_on_random_values():
+    rng = np.random.default_rng(1)
+    v = (rng.standard_normal(2000) * 100).astype(np.float32)
+    v[:500] = rng.integers(-1000, 1000, 500) + np.float32(0.5)
+    for mode in (numerics.HALF_EVEN, numerics.HALF_UP):
+        expect = [exact_round(Fraction(float(a)), mode) for a in v]
+        np.testing.assert_array_equal(numerics.round_float(v, mode), expect)
+
+
+def _shift_cases(rng):
+    """(x, n) pairs: random values, and exact ties x = k * 2**n + 2**(n-1), both signs."""
+    n = rng.integers(0, 41, 6000)
+    x = rng.integers(-(2**40), 2**40, 6000)
+    tie_n = rng.integers(1, 41, 3000)
+    k = rng.integers(-(2**20), 2**20, 3000)
+    ties = k * (1 << tie_n) + (1 << (tie_n - 1))
+    return np.concatenate([x, ties, -ties]), np.concatenate([n, tie_n, tie_n])
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+def test_shift_round_matches_fraction(mode):
+    x, n = _shift_cases(np.random.default_rng(2))
+    got = numerics.shift_round(x, n, mode)
+    expect = [
+        exact_round(Fraction(int(a), 2 ** int(b)), mode)
+        for a, b in zip(x, n, strict=True)
+    ]
+    np.testing.assert_array_equal(got, expect)
+
+
+def test_shift_round_zero_and_left_shifts():
+    x = np.array([-7, -1, 0, 3, 2**20])
+    np.testing.assert_array_equal(numerics.shift_round(x, 0), x)
+    np.testing.assert_array_equal(numerics.shift_round(x, -3), x * 8)
+    np.testing.assert_array_equal(
+        numerics.shift_round(x, np.array([0, 1, 2, -1, 3])),
+        [-7, round(Fraction(-1, 2)), 0, 6, 2**17],
+    )
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+def test_divide_round_matches_fraction(mode):
+    rng = np.random.default_rng(3)
+    den = rng.integers(1, 60, 20000)
+    num = rng.integers(-(2**40), 2**40, 20000)
+    # exact ties: num = k * den + den / 2 for even den
+    even = den[:5000] * 2
+    num_ties = rng.integers(-1000, 1000, 5000) * even + even // 2
+    num, den = np.concatenate([num, num_ties]), np.concatenate([den, even])
+    got = numerics.divide_round(num, den, mode)
+    expect = [
+        exact_round(Fraction(int(a), int(b)), mode)
+        for a, b in zip(num, den, strict=True)
+    ]
+    np.testing.assert_array_equal(got, expect)
+    assert got.dtype == np.int64
+
+
+def test_divide_round_rejects_zero_divisor():
+    with pytest.raises(ValueError, match="positive"):
+        numerics.divide_round(np.array([1]), 0)
+
+
+# ------------------------------------------------------------------ quantization vs torch
+
+
+PER_TENSOR = [
+    # scale, zero point, qmin, qmax
+    (0.0234, 0, -128, 127),
+    (2.0**-4, 3, -128, 127),  # power of two: x * (1/s) is exact, so ties are exact
+    (0.1, 128, 0, 255),
+    (1e-3, -7, -(2**15), 2**15 - 1),
+]
+
+
+def _values_with_ties(rng, scale, zp, qmin, qmax, n=1_000_000):
+    """1M floats over the range and beyond, 20% of them at (k + 0.5) * scale."""
+    s = np.float32(scale)
+    x = (rng.standard_normal(n) * float(s) * (qmax - qmin) / 4).astype(np.float32)
+    k = rng.integers(qmin - zp - 4, qmax - zp + 4, n // 5)
+    x[: n // 5] = ((k + 0.5) * float(s)).astype(np.float32)
+    return x
+
+
+@pytest.mark.parametrize("scale, zp, qmin, qmax", PER_TENSOR)
+def test_fake_quant_matches_torch_per_tensor(scale, zp, qmin, qmax):
+    rng = np.random.default_rng(4)
+    x = _values_with_ties(rng, scale, zp, qmin, qmax)
+    s = np.float32(scale)
+    ref = torch.fake_quantize_per_tensor_affine(
+        torch.from_numpy(x), float(s), zp, qmin, qmax
+    ).numpy()
+    got = numerics.fake_quant(x, s, zp, qmin, qmax)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, ref)
+    if scale == 2.0**-4:  # the tie inputs really are ties, and go to even codes
+        v = x[:200_000] * np.float32(1 / s)
+        assert np.all(v - np.floor(v) == 0.5)
+        q = numerics.quantize(x[:200_000], s, zp, -(2**20), 2**20)
+        assert np.all((q - zp) % 2 == 0)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_fake_quant_matches_torch_per_channel(axis):
+    rng = np.random.default_rng(6)
+    shape = [8, 16, 4, 8]
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    channels = shape[axis]
+    scales = rng.uniform(0.005, 0.1, channels).astype(np.float32)
+    zps = rng.integers(-10, 10, channels)
+    # put exact-ish ties on channel 0
+    sl = [slice(None)] * 4
+    sl[axis] = 0
+    ties = rng.integers(-100, 100, x[tuple(sl)].shape) + 0.5
+    x[tuple(sl)] = (ties * float(scales[0])).astype(np.float32)
+    ref = torch.fake_quantize_per_channel_affine(
+        torch.from_numpy(x),
+        torch.from_numpy(scales),
+        torch.from_numpy(zps.astype(np.int32)),
+        axis % 4,
+        -128,
+        127,
+    ).numpy()
+    got = numerics.fake_quant(x, scales, zps, -128, 127, axis=axis)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_quantize_half_up_matches_fraction():
+    rng = np.random.default_rng(7)
+    s = np.float32(2.0**-3)
+    x = ((rng.integers(-200, 200, 5000) + 0.5) * float(s)).astype(np.float32)
+    x[:2000] = rng.standard_normal(2000).astype(np.float32) * 8
+    q = numerics.quantize(x, s, 2, -128, 127, mode=numerics.HALF_UP)
+    expect = [
+        min(max(exact_round(Fraction(float(v)) * 8, numerics.HALF_UP) + 2, -128), 127)
+        for v in x
+    ]
+    np.testing.assert_array_equal(q, expect)
+
+
+def test_dequantize_is_float32_product():
+    q = np.array([-128, -1, 0, 5, 127])
+    got = numerics.dequantize(q, np.float32(0.1), 3)
+    expect = [np.float32(np.float32(v - 3) * np.float32(0.1)) for v in q]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, expect)
+
+
+# ------------------------------------------------------------------ scales
+
+
+@pytest.mark.parametrize("bits, narrow", [(8, False), (8, True), (16, False)])
+def test_scale_from_min_max_recovers_float32_scales(bits, narrow):
+    rng = np.random.default_rng(8)
+    qmin, qmax = numerics.qrange(bits, narrow)
+    scales = (10.0 ** rng.uniform(-6, 2, 5000)).astype(np.float32)
+    zps = rng.integers(qmin, qmax + 1, 5000)
+    zps[:1000] = 0  # symmetric, as export writes it
+    lo = scales.astype(np.float64) * (qmin - zps)
+    hi = scales.astype(np.float64) * (qmax - zps)
+    got_scale, got_zp = numerics.scale_from_min_max(lo, hi, bits, narrow)
+    assert got_scale.dtype == np.float32
+    np.testing.assert_array_equal(got_scale, scales)
+    np.testing.assert_array_equal(got_zp, zps)
+
+
+def test_const_fake_quant_equals_fake_quant_of_recovered_scale():
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(10000) * 10).astype(np.float32)
+    s = np.float32(0.1)
+    got = numerics.const_fake_quant(x, -128 * 0.1, 127 * 0.1, 8)
+    ref = torch.fake_quantize_per_tensor_affine(
+        torch.from_numpy(x), float(s), 0, -128, 127
+    )
+    np.testing.assert_array_equal(got, ref.numpy())
+
+
+def test_scale_from_absmax_and_pot_scale():
+    s = numerics.scale_from_absmax(np.array([12.7, 0.0]), 8)
+    np.testing.assert_array_equal(
+        s, [np.float32(12.7) / np.float32(127.5), np.finfo(np.float32).eps]
+    )
+    got = numerics.pot_scale(np.array([0.3, 0.25, 1e-3]))
+    np.testing.assert_array_equal(got, [0.5, 0.25, 2.0**-9])
+
+
+# ------------------------------------------------------------------ requantization
+
+
+def test_quantize_multiplier_accuracy():
+    rng = np.random.default_rng(10)
+    reals = 10.0 ** rng.uniform(-12, 9, 3000)
+    for real in [*reals, 0.25, 1.0, 2.0**-40, 3.0]:
+        m, s = numerics.quantize_multiplier(float(real))
+        assert 2**30 <= m < 2**31
+        err = abs(Fraction(m, 1) / Fraction(2) ** s - Fraction(float(real)))
+        assert err <= Fraction(float(real)) / 2**31
+    assert numerics.quantize_multiplier(0.25) == (2**30, 32)  # powers of two: exact
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="positive and finite"):
+            numerics.quantize_multiplier(bad)
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+def test_requantize_matches_fraction(mode):
+    rng = np.random.default_rng(11)
+    acc = rng.integers(-(2**31), 2**31, 6000)
+    acc[:4] = [2**31 - 1, -(2**31), 0, -1]
+    multipliers = rng.integers(2**30, 2**31, 6000)
+    shifts = rng.integers(25, 45, 6000)
+    # ties: multiplier 2**30 and shift 31 halve acc, odd acc is an exact tie
+    multipliers[-2000:], shifts[-2000:] = 2**30, 31
+    acc[-2000:] = rng.integers(-120, 120, 2000) * 2 + 1
+    zp = -3
+    got = numerics.requantize(
+        acc, multipliers, shifts, zp, -128, 127, axis=0, mode=mode
+    )
+    expect = [
+        min(
+            max(exact_round(Fraction(int(a) * int(m), 2 ** int(s)), mode) + zp, -128),
+            127,
+        )
+        for a, m, s in zip(acc, multipliers, shifts, strict=True)
+    ]
+    np.testing.assert_array_equal(got, expect)
+    assert len(set(got[-2000:].tolist())) > 100  # the ties were not all clamped away
+
+
+def test_requantize_per_channel_broadcasts_along_axis():
+    acc = np.arange(-12, 12).reshape(2, 3, 4) * 500
+    m = np.array([2**30, 3 * 2**29, 2**30 + 12345])
+    s = np.array([36, 37, 38])
+    got = numerics.requantize(acc, m, s, 0, -128, 127, axis=1)
+    for c in range(3):
+        expect = [
+            round(Fraction(int(a) * int(m[c]), 2 ** int(s[c])))
+            for a in acc[:, c].ravel()
+        ]
+        np.testing.assert_array_equal(got[:, c].ravel(), np.clip(expect, -128, 127))
+    assert got.min() > -128 and got.max() < 127  # nothing was clamped
+
+
+# ------------------------------------------------------------------ colour (BT.601)
+
+
+def _rgb_grid(step=3):
+    v = np.arange(0, 256, step)
+    return np.meshgrid(v, v, v, indexing="ij")
+
+
+def _bt601_float(r, g, b):
+    """The real-valued definition: Y = .299 R + .587 G + .114 B, Cb, Cr around 128."""
+    r, g, b = (p.astype(np.float64) for p in (r, g, b))
+    y = 0.299 * r + 0.587 * g + 0.114 * b
+    return y, (b - y) / 1.772, (r - y) / 1.402
+
+
+def test_bt601_full_forward_matches_float_formula():
+    r, g, b = _rgb_grid()
+    y, cb, cr = _bt601_float(r, g, b)
+    got = numerics.rgb_to_yuv_bt601_full(r, g, b)
+    for plane, ref in zip(got, (y, cb + 128, cr + 128), strict=True):
+        assert np.abs(plane - np.clip(ref, 0, 255)).max() < 0.51
+    # the JPEG anchors: white, black, pure red
+    assert tuple(map(int, numerics.rgb_to_yuv_bt601_full(255, 255, 255))) == (
+        255,
+        128,
+        128,
+    )
+    assert tuple(map(int, numerics.rgb_to_yuv_bt601_full(0, 0, 0))) == (0, 128, 128)
+    red = numerics.rgb_to_yuv_bt601_full(255, 0, 0)
+    assert tuple(map(int, red)) == (
+        round(0.299 * 255),
+        round(128 - 0.168736 * 255),
+        255,
+    )
+
+
+def test_bt601_full_inverse_matches_float_formula():
+    y, u, v = _rgb_grid()
+    cb, cr = u - 128.0, v - 128.0
+    ref = (y + 1.402 * cr, y - 0.344136 * cb - 0.714136 * cr, y + 1.772 * cb)
+    for plane, r in zip(numerics.yuv_to_rgb_bt601_full(y, u, v), ref, strict=True):
+        assert np.abs(plane - np.clip(r, 0, 255)).max() < 0.51
+
+
+def test_bt601_video_matches_float_formula():
+    r, g, b = _rgb_grid()
+    y, cb, cr = _bt601_float(r, g, b)
+    ref = (16 + y * 219 / 255, 128 + cb * 224 / 255, 128 + cr * 224 / 255)
+    for plane, f in zip(numerics.rgb_to_yuv_bt601_video(r, g, b), ref, strict=True):
+        assert np.abs(plane - f).max() < 1.0  # Q8 coefficients
+    assert tuple(map(int, numerics.rgb_to_yuv_bt601_video(255, 255, 255))) == (
+        235,
+        128,
+        128,
+    )
+    assert tuple(map(int, numerics.rgb_to_yuv_bt601_video(0, 0, 0))) == (16, 128, 128)
+    yy, u, v = _rgb_grid()
+    c, d, e = (yy - 16) * 255 / 219, (u - 128) * 255 / 224, (v - 128) * 255 / 224
+    ref = (c + 1.402 * e, c - 0.344136 * d - 0.714136 * e, c + 1.772 * d)
+    for plane, f in zip(numerics.yuv_to_rgb_bt601_video(yy, u, v), ref, strict=True):
+        assert np.abs(plane - np.clip(f, 0, 255)).max() < 1.0
+
+
+@pytest.mark.parametrize("kind, tolerance", [("full", 1), ("video", 3)])
+def test_bt601_round_trip(kind, tolerance):
+    """RGB -> YUV -> RGB; measured maxima over all colours: 1 (Q16), 3 (Q8)."""
+    forward = getattr(numerics, f"rgb_to_yuv_bt601_{kind}")
+    inverse = getattr(numerics, f"yuv_to_rgb_bt601_{kind}")
+    rgb = _rgb_grid(step=2)
+    back = inverse(*forward(*rgb))
+    errors = [np.abs(a - b) for a, b in zip(back, rgb, strict=True)]
+    assert max(e.max() for e in errors) == tolerance
+    assert all(p.dtype == np.int64 and p.min() >= 0 and p.max() <= 255 for p in back)
