@@ -12,6 +12,7 @@ MLIR's generic form, which MLIR's own tools accept with
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -22,6 +23,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    Float64Type,
     FloatAttr,
     IntegerAttr,
     IntegerType,
@@ -42,6 +44,7 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -207,7 +210,8 @@ class ReluOp(UnaryOp):
 
 @irdl_op_definition
 class ClipOp(UnaryOp):
-    """``min(max(x, min), max)``; integer inputs clip to the rounded bounds.
+    """``min(max(x, min), max)``; integer inputs clip to the bounds rounded half to
+    even and saturated to the type.
 
     ``%y = hbir.clip %x {min = 0.0 : f64, max = 6.0 : f64} : tensor<4xf32>``
     """
@@ -540,7 +544,11 @@ class LayerNormOp(IRDLOperation):
 
 
 class ReduceOp(IRDLOperation):
-    """Reduction over ``dims``; ``keepdim`` keeps them as size 1."""
+    """Reduction over ``dims``; ``keepdim`` keeps them as size 1.
+
+    ``dims`` lists every reduced dimension: an empty list reduces nothing (unlike
+    ``torch.sum(x, dim=[])``, which reduces everything).
+    """
 
     input = operand_def(AnyTensorTypeConstr)
     output = result_def(AnyTensorTypeConstr)
@@ -550,6 +558,9 @@ class ReduceOp(IRDLOperation):
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = MAP_FORMAT
+
+    def _check_element_types(self) -> None:
+        _same_element_types(self, self.input, self.output)
 
     def __init__(
         self,
@@ -569,7 +580,7 @@ class ReduceOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _same_element_types(self, self.input, self.output)
+        self._check_element_types()
         _expect_shape(
             self,
             shapes.reduce,
@@ -581,13 +592,23 @@ class ReduceOp(IRDLOperation):
 
 @irdl_op_definition
 class ReduceSumOp(ReduceOp):
-    """Sum over ``dims`` (integers: exact, then saturate).
+    """Sum over ``dims`` (integers: exact, then saturate to the result type, which
+    may be a wider signed integer, e.g. si8 in, si32 out).
 
     ``%y = hbir.reduce_sum %x {dims = array<i64: 1>} : tensor<2x8xf32> ->
     tensor<2xf32>``
     """
 
     name = "hbir.reduce_sum"
+
+    def _check_element_types(self) -> None:
+        x, y = (
+            tensor_type(self.input).element_type,
+            tensor_type(self.output).element_type,
+        )
+        if is_int(x) and is_int(y) and y.width.data >= x.width.data:
+            return
+        _same_element_types(self, self.input, self.output)
 
 
 @irdl_op_definition
@@ -1018,6 +1039,10 @@ class GlobalAvgPool2dOp(IRDLOperation):
 class Resize2dOp(IRDLOperation):
     """Resize H and W to ``size`` (torch ``interpolate``: nearest or bilinear).
 
+    With ``scale`` the sampling positions follow torch's ``scale_factor`` (source
+    index ``dst / scale``), which differs from ``in / out`` when the scale is not
+    exact; ``size`` must then be ``floor(in * scale)``.
+
     ``%y = hbir.resize2d %x {size = array<i64: 16, 16>, mode = "bilinear",
     align_corners = false} : tensor<1x4x8x8xf32> -> tensor<1x4x16x16xf32>``
     """
@@ -1029,6 +1054,7 @@ class Resize2dOp(IRDLOperation):
     size = prop_def(DenseArrayBase[I64])
     mode = prop_def(StringAttr, default_value=StringAttr("nearest"))
     align_corners = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    scale = opt_prop_def(DenseArrayBase[Float64Type])
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
@@ -1042,6 +1068,7 @@ class Resize2dOp(IRDLOperation):
         size: Sequence[int],
         mode: str = "nearest",
         align_corners: bool = False,
+        scale: Sequence[float] | None = None,
     ):
         shape = shapes.resize2d(shape_of(input), size)
         super().__init__(
@@ -1051,6 +1078,9 @@ class Resize2dOp(IRDLOperation):
                 "size": ints(size),
                 "mode": StringAttr(mode),
                 "align_corners": BoolAttr.from_bool(align_corners),
+                "scale": None
+                if scale is None
+                else DenseArrayBase.from_list(f64, [float(s) for s in scale]),
             },
         )
 
@@ -1063,6 +1093,15 @@ class Resize2dOp(IRDLOperation):
             raise VerifyException("align_corners applies only to bilinear mode")
         _same_element_types(self, self.input, self.output)
         _expect_shape(self, shapes.resize2d, shape_of(self.input), _values(self.size))
+        if self.scale is not None:
+            scale = self.scale.get_values()
+            h, w = shape_of(self.input)[2:]
+            implied = [math.floor(h * scale[0]), math.floor(w * scale[1])]
+            if len(scale) != 2 or implied != list(_values(self.size)):
+                raise VerifyException(
+                    f"scale {list(scale)} implies size {implied}, "
+                    f"got {list(_values(self.size))}"
+                )
 
 
 # ------------------------------------------------------------------ data movement
@@ -1245,7 +1284,8 @@ class TransposeOp(IRDLOperation):
 
 @irdl_op_definition
 class PadOp(IRDLOperation):
-    """Constant padding with ``low`` / ``high`` amounts per dimension.
+    """Constant padding with ``low`` / ``high`` amounts per dimension (on integer
+    tensors ``value`` is rounded half to even and saturated).
 
     ``%y = hbir.pad %x {low = array<i64: 0, 1>, high = array<i64: 0, 2>, value =
     0.0 : f64} : tensor<2x4xf32> -> tensor<2x7xf32>``
@@ -1288,7 +1328,8 @@ class PadOp(IRDLOperation):
 class CastOp(IRDLOperation):
     """Element type conversion as torch ``.to(dtype)``.
 
-    float -> int truncates toward zero and saturates; int -> int saturates.
+    float -> int truncates toward zero and saturates (NaN becomes 0); int -> int
+    saturates.
 
     ``%y = hbir.cast %x : tensor<4xsi8> -> tensor<4xf32>``
     """

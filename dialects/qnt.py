@@ -311,7 +311,9 @@ class RequantizeOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
-        _int_width(self.input, "input")
+        if _int_width(self.input, "input") > 32:
+            # numerics.requantize is exact only while |acc| < 2**32.
+            raise VerifyException("input must be at most 32 bits wide")
         width = _int_width(self.output, "result")
         _check_rounding(self.rounding)
         m, s = self.multiplier.get_values(), self.shift.get_values()

@@ -394,18 +394,21 @@ def _global_avg_pool2d(op: hbir.GlobalAvgPool2dOp, x: np.ndarray):
 
 
 def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``F.interpolate(x, size=...)``; integer bilinear: float64, then half-to-even.
+    """``F.interpolate``; integer bilinear: float64, then half-to-even.
 
-    The IR carries the output size, so a model that calls interpolate with a
-    ``scale_factor`` whose reciprocal differs from ``in / out`` samples differently.
+    With a ``scale`` property the call passes ``scale_factor`` (torch then samples
+    at ``dst / scale``), otherwise ``size`` (samples at ``dst * in / out``).
     """
     mode = op.mode.data
-    size = tuple(op.size.get_values())
     corners = bool(op.align_corners.value.data) if mode == "bilinear" else None
+    if op.scale is not None:
+        how = {"scale_factor": tuple(op.scale.get_values())}
+    else:
+        how = {"size": tuple(op.size.get_values())}
     if _is_float(x):
-        y = F.interpolate(_t(x), size=size, mode=mode, align_corners=corners)
+        y = F.interpolate(_t(x), mode=mode, align_corners=corners, **how)
         return (_float_out(op, y),)
-    y = F.interpolate(_f64(x), size=size, mode=mode, align_corners=corners).numpy()
+    y = F.interpolate(_f64(x), mode=mode, align_corners=corners, **how).numpy()
     return (_int_out(op, np.rint(y).astype(np.int64)),)
 
 

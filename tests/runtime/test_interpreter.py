@@ -1295,3 +1295,33 @@ def test_bad_inputs_are_named(inputs, message):
     text = one_op("%x: tensor<4xf32>", "hbir.relu %x : tensor<4xf32>", "tensor<4xf32>")
     with pytest.raises(ValueError, match=message):
         run(text, *inputs)
+
+
+# ---------------------------------------------------------------- review follow-ups
+
+
+def test_resize_with_scale_factor_matches_torch():
+    # 1 / 1.5 != 5 / 7: sampling by scale differs from sampling by size.
+    x = np.random.default_rng(3).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    for mode, corners in (("nearest", ""), ("bilinear", ", align_corners = false")):
+        text = f"""
+func.func @forward(%x: tensor<1x2x5x5xf32>) -> tensor<1x2x7x7xf32> {{
+  %y = hbir.resize2d %x {{size = array<i64: 7, 7>, mode = "{mode}"{corners}, scale = array<f64: 1.5, 1.5>}} : tensor<1x2x5x5xf32> -> tensor<1x2x7x7xf32>
+  func.return %y : tensor<1x2x7x7xf32>
+}}"""
+        (got,) = run_function(parse_func(text), [x])
+        kw = {"align_corners": False} if mode == "bilinear" else {}
+        want = F.interpolate(torch.from_numpy(x), scale_factor=1.5, mode=mode, **kw)
+        assert np.array_equal(got, want.numpy())
+
+
+def test_integer_reduce_sum_widens_without_saturating():
+    x = np.full((2, 300), 100, np.int8)
+    text = """
+func.func @forward(%x: tensor<2x300xsi8>) -> tensor<2xsi32> {
+  %y = hbir.reduce_sum %x {dims = array<i64: 1>} : tensor<2x300xsi8> -> tensor<2xsi32>
+  func.return %y : tensor<2xsi32>
+}"""
+    (got,) = run_function(parse_func(text), [x])
+    assert got.dtype == np.int32
+    assert got.tolist() == [30000, 30000]

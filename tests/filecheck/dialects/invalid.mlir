@@ -111,3 +111,19 @@ func.func @f(%x: tensor<4xsi8>) -> tensor<4xsi8> {
   func.return %y : tensor<4xsi8>
 }
 // CHECK: error: 'hbir.lut' op table has shape (128,), expected (256,)
+
+// -----
+
+func.func @f(%x: tensor<4xsi64>) -> tensor<4xsi8> {
+  %y = qnt.requantize %x {multiplier = array<i64: 1073741824>, shift = array<i64: 31>} : tensor<4xsi64> -> tensor<4xsi8>
+  func.return %y : tensor<4xsi8>
+}
+// CHECK: error: 'qnt.requantize' op input must be at most 32 bits wide
+
+// -----
+
+func.func @f(%x: tensor<1x2x5x5xf32>) -> tensor<1x2x8x8xf32> {
+  %y = hbir.resize2d %x {size = array<i64: 8, 8>, scale = array<f64: 1.5, 1.5>} : tensor<1x2x5x5xf32> -> tensor<1x2x8x8xf32>
+  func.return %y : tensor<1x2x8x8xf32>
+}
+// CHECK: error: 'hbir.resize2d' op scale [1.5, 1.5] implies size [7, 7], got [8, 8]
