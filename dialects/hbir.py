@@ -12,17 +12,22 @@ MLIR's generic form, which MLIR's own tools accept with
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import ClassVar
 
+import numpy as np
 from xdsl.dialects.builtin import (
     I64,
     AnyFloat,
     AnyTensorTypeConstr,
+    BFloat16Type,
     BoolAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -103,6 +108,29 @@ def is_int(t: Attribute) -> bool:
     if isinstance(t, TensorType):
         t = t.element_type
     return isinstance(t, IntegerType)
+
+
+_FLOAT_DTYPES = {
+    Float16Type: np.float16,
+    Float32Type: np.float32,
+    Float64Type: np.float64,
+    BFloat16Type: np.float32,  # numpy has no bf16: carried as float32 values
+}
+
+
+@functools.cache
+def numpy_dtype(element: Attribute) -> np.dtype:
+    """The numpy dtype holding tensors of an element type (signless ints: signed)."""
+    if isinstance(element, IntegerType):
+        width = element.width.data
+        if width not in (8, 16, 32, 64):
+            raise ValueError(f"unsupported integer width {width} ({element})")
+        unsigned = element.signedness.data == Signedness.UNSIGNED
+        return np.dtype(f"{'uint' if unsigned else 'int'}{width}")
+    dtype = _FLOAT_DTYPES.get(type(element))
+    if dtype is None:
+        raise ValueError(f"unsupported element type {element}")
+    return np.dtype(dtype)
 
 
 def _values(attr: DenseArrayBase) -> tuple[int, ...]:

@@ -14,12 +14,9 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import (
-    AnyFloat,
     DictionaryAttr,
     IntegerAttr,
-    IntegerType,
     ModuleOp,
-    Signedness,
     StringAttr,
     TensorType,
 )
@@ -29,6 +26,7 @@ from xdsl.ir import Attribute
 from hbir import files
 from hbir.diagnostics import HbirError, parse_module
 from hbir.dialects import make_context
+from hbir.dialects.hbir import numpy_dtype
 
 # Module attributes that record how the model was made (see ARCHITECTURE §3).
 ATTR_MARCH = "hbir.march"
@@ -41,22 +39,6 @@ ATTR_ARG_NAME = "hbir.name"
 
 class FeedError(HbirError):
     """Inputs that do not match a function's signature."""
-
-
-def numpy_dtype(element_type: Attribute) -> np.dtype:
-    """The numpy dtype that holds tensors of an IR element type."""
-    if isinstance(element_type, AnyFloat):
-        bits = element_type.bitwidth
-        if bits == 16 and element_type.name == "bf16":
-            raise HbirError("bf16 tensors have no numpy dtype")
-        return np.dtype(f"float{bits}")
-    if isinstance(element_type, IntegerType):
-        width = element_type.width.data
-        if width == 1:
-            return np.dtype(np.bool_)
-        unsigned = element_type.signedness.data == Signedness.UNSIGNED
-        return np.dtype(f"{'uint' if unsigned else 'int'}{width}")
-    raise HbirError(f"element type {element_type} has no numpy dtype")
 
 
 @dataclass(frozen=True)

@@ -38,16 +38,12 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseIntOrFPElementsAttr,
     FileLineColLoc,
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    IntegerType,
-    Signedness,
     TensorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from hbir.dialects import hbir, qnt
+from hbir.dialects.hbir import numpy_dtype
 from hbir.runtime import numerics
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
@@ -58,29 +54,6 @@ class InterpreterError(RuntimeError):
 
 
 # ------------------------------------------------------------------ types
-
-
-_FLOAT_DTYPES = {
-    Float16Type: np.float16,
-    Float32Type: np.float32,
-    Float64Type: np.float64,
-    BFloat16Type: np.float32,  # carrier; values are rounded to bf16
-}
-
-
-@functools.cache
-def np_dtype(element: Attribute) -> np.dtype:
-    """The numpy storage dtype of an element type (signless ints are signed)."""
-    if isinstance(element, IntegerType):
-        width = element.width.data
-        if width not in (8, 16, 32, 64):
-            raise InterpreterError(f"unsupported integer width {width} ({element})")
-        unsigned = element.signedness.data == Signedness.UNSIGNED
-        return np.dtype(f"{'uint' if unsigned else 'int'}{width}")
-    dtype = _FLOAT_DTYPES.get(type(element))
-    if dtype is None:
-        raise InterpreterError(f"unsupported element type {element}")
-    return np.dtype(dtype)
 
 
 def _element(value: SSAValue) -> Attribute:
@@ -97,7 +70,7 @@ def _shape(value: SSAValue) -> tuple[int, ...]:
 
 def _code_range(element: Attribute, narrow_range: bool = False) -> tuple[int, int]:
     """The integer code range of an element type; narrow drops the lowest code."""
-    dtype = np_dtype(element)
+    dtype = numpy_dtype(element)
     if dtype.kind == "f":
         raise InterpreterError(f"expected an integer type, got {element}")
     info = np.iinfo(dtype)
@@ -128,14 +101,14 @@ def _float_out(op: Operation, y: torch.Tensor | np.ndarray) -> np.ndarray:
     y = y.numpy() if isinstance(y, torch.Tensor) else y
     if isinstance(element, BFloat16Type):
         return _round_bf16(y)
-    return y.astype(np_dtype(element), copy=False)
+    return y.astype(numpy_dtype(element), copy=False)
 
 
 def _int_out(op: Operation, y: np.ndarray) -> np.ndarray:
     """An exact int64 result saturated to the op's (first) result type."""
     element = _element(op.results[0])
     lo, hi = _code_range(element)
-    return np.asarray(np.clip(y, lo, hi), np_dtype(element))
+    return np.asarray(np.clip(y, lo, hi), numpy_dtype(element))
 
 
 def _is_float(x: np.ndarray) -> bool:
@@ -151,7 +124,7 @@ def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
         bits = np.frombuffer(attr.data.data, np.uint16).astype(np.uint32) << 16
         flat = bits.view(np.float32)
     else:
-        flat = np.frombuffer(attr.data.data, np_dtype(t.element_type))
+        flat = np.frombuffer(attr.data.data, numpy_dtype(t.element_type))
     if flat.size == 1 and np.prod(shape, dtype=np.int64) != 1:  # a splat kept once
         return np.full(shape, flat[0])
     return flat.reshape(shape).copy()
@@ -460,7 +433,7 @@ def _cast(op: hbir.CastOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """As torch ``.to(dtype)``, except that float -> int truncates toward zero and
     saturates (NaN -> 0) and int -> int saturates instead of wrapping."""
     element = _element(op.output)
-    dtype = np_dtype(element)
+    dtype = numpy_dtype(element)
     if dtype.kind == "f":
         return (_float_out(op, x),)
     if not _is_float(x):
@@ -544,7 +517,7 @@ def _quantize(op: qnt.QuantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
         _axis(op),
         op.rounding.data,
     )
-    return (q.astype(np_dtype(element)),)
+    return (q.astype(numpy_dtype(element)),)
 
 
 def _dequantize(op: qnt.DequantizeOp, q: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -569,7 +542,7 @@ def _requantize(op: qnt.RequantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
         _axis(op),
         op.rounding.data,
     )
-    return (y.astype(np_dtype(element)),)
+    return (y.astype(numpy_dtype(element)),)
 
 
 def _identity(op: Operation, x: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -652,7 +625,7 @@ def _error(op: Operation, message: str) -> InterpreterError:
 
 def _bind_input(index: int, arg: SSAValue, x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
-    dtype, shape = np_dtype(_element(arg)), _shape(arg)
+    dtype, shape = numpy_dtype(_element(arg)), _shape(arg)
     name = f"input {index}" + (f" (%{arg.name_hint})" if arg.name_hint else "")
     if x.dtype != dtype:
         raise ValueError(f"{name} has dtype {x.dtype}, expected {dtype} ({arg.type})")
@@ -665,7 +638,7 @@ def _bind_input(index: int, arg: SSAValue, x: np.ndarray) -> np.ndarray:
 
 def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
     """Catch a kernel that disagrees with the IR's result type."""
-    dtype, shape = np_dtype(_element(value)), _shape(value)
+    dtype, shape = numpy_dtype(_element(value)), _shape(value)
     if not isinstance(y, np.ndarray) or y.dtype != dtype or y.shape != shape:
         got = f"{y.dtype} {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__
         raise _error(op, f"produced {got}, expected {dtype} {shape}")
