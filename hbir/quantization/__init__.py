@@ -1,0 +1,58 @@
+"""hbir.quantization: everything a user does in PyTorch before export.
+
+The workflow of the reference toolchain::
+
+    ConsistencyStrategy.set_consistency_level(1)  # optional, before prepare
+    qat = prepare(float_model, example_inputs)  # also writes the two check files
+    qat.eval(); set_fake_quantize(qat, FakeQuantState.CALIBRATION); run calibration data
+    qat.train(); set_fake_quantize(qat, FakeQuantState.QAT); train
+    qat.eval(); set_fake_quantize(qat, FakeQuantState.VALIDATION); evaluate
+
+See docs/quantization.md.
+"""
+
+from hbir.quantization.consistency import ConsistencyStrategy
+from hbir.quantization.dtypes import QuantDType, qint8, qint16, qint32
+from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
+from hbir.quantization.observers import (
+    FixedScaleObserver,
+    HistogramObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    PerChannelMinMaxObserver,
+)
+from hbir.quantization.prepare import UnsupportedOpError, prepare
+from hbir.quantization.qconfig import FakeQuantSpec, QConfig, QconfigSetter, get_qconfig
+from hbir.quantization.rounding import get_round_mode, is_legacy_round, set_round_mode
+from hbir.quantization.states import FakeQuantState, set_fake_quantize
+from hbir.quantization.stubs import DeQuantStub, QuantStub
+from hbir.quantization.tracing import PrepareError
+
+__all__ = [
+    "ConsistencyStrategy",
+    "DeQuantStub",
+    "FakeQuantSpec",
+    "FakeQuantState",
+    "FakeQuantize",
+    "FixedScaleObserver",
+    "HistogramObserver",
+    "MinMaxObserver",
+    "MovingAverageMinMaxObserver",
+    "PerChannelMinMaxObserver",
+    "PrepareError",
+    "QConfig",
+    "QconfigSetter",
+    "QuantDType",
+    "QuantStub",
+    "UnsupportedOpError",
+    "fake_quantize",
+    "get_qconfig",
+    "get_round_mode",
+    "is_legacy_round",
+    "prepare",
+    "qint16",
+    "qint32",
+    "qint8",
+    "set_fake_quantize",
+    "set_round_mode",
+]

@@ -1,0 +1,115 @@
+"""Ops that deployment computes in steps, written as chains of QAT modules.
+
+``prepare`` inlines each container's ``forward`` into the prepared graph, so every step
+is its own ``call_module`` with its own output fake quant; the container stays in the
+module tree (``attn.softmax`` holding ``attn.softmax.exp`` ...) to group the steps and
+to carry the op's parameters. Intermediate steps are at least int16 (a softmax sum or a
+variance in int8 loses most of its precision); the last step has the qconfig's output
+dtype. Each step's qconfig is resolved by name, so ``attn.softmax.exp`` can be
+overridden on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from hbir.quantization.lut_modules import Exp, Reciprocal, Rsqrt
+from hbir.quantization.qat_modules import (
+    QuantAffine,
+    QuantMean,
+    QuantMul,
+    QuantSub,
+    QuantSum,
+)
+from hbir.quantization.qconfig import QConfig
+
+# (step name, module class, is the op's final step) -> QConfig
+StepQconfig = Callable[[str, type, bool], QConfig]
+
+
+class Decomposition(nn.Module):
+    """A container whose forward ``prepare`` inlines step by step."""
+
+    op = ""
+
+
+class SoftmaxDecomposition(Decomposition):
+    """``softmax(x) = e * reciprocal(sum(e))`` with ``e = exp(x - max(x))``.
+
+    Subtracting the row maximum (a pass-through ``amax``: it selects an input value)
+    bounds ``e`` to (0, 1] and the sum to [1, n], so each step has a small fixed range.
+    """
+
+    op = "softmax"
+
+    def __init__(self, dim: int, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.dim = dim
+        self.sub = QuantSub(qconfig_for("sub", QuantSub, False))
+        self.exp = Exp(qconfig_for("exp", Exp, False))
+        self.sum = QuantSum(qconfig_for("sum", QuantSum, False), dim, keepdim=True)
+        self.reciprocal = Reciprocal(qconfig_for("reciprocal", Reciprocal, False))
+        self.mul = QuantMul(qconfig_for("mul", QuantMul, True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.exp(self.sub(x, torch.amax(x, self.dim, keepdim=True)))
+        return self.mul(e, self.reciprocal(self.sum(e)))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LayerNormDecomposition(Decomposition):
+    """``(x - mean) * rsqrt(mean((x - mean)^2) + eps)``, then ``* weight + bias``."""
+
+    op = "layer_norm"
+
+    def __init__(
+        self,
+        normalized_shape: tuple[int, ...],
+        eps: float,
+        weight: nn.Parameter | None,
+        bias: nn.Parameter | None,
+        qconfig_for: StepQconfig,
+    ) -> None:
+        super().__init__()
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        dims = tuple(range(-len(self.normalized_shape), 0))
+        affine = weight is not None
+        self.mean = QuantMean(qconfig_for("mean", QuantMean, False), dims, keepdim=True)
+        self.sub = QuantSub(qconfig_for("sub", QuantSub, False))
+        self.square = QuantMul(qconfig_for("square", QuantMul, False))
+        self.var = QuantMean(qconfig_for("var", QuantMean, False), dims, keepdim=True)
+        self.rsqrt = Rsqrt(qconfig_for("rsqrt", Rsqrt, False), eps=eps)
+        self.mul = QuantMul(qconfig_for("mul", QuantMul, not affine))
+        self.affine = None
+        if affine:
+            qconfig = qconfig_for("affine", QuantAffine, True)
+            self.affine = QuantAffine(qconfig, weight, bias, self.normalized_shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centered = self.sub(x, self.mean(x))
+        var = self.var(self.square(centered, centered))
+        normed = self.mul(centered, self.rsqrt(var))
+        return normed if self.affine is None else self.affine(normed)
+
+    def extra_repr(self) -> str:
+        return f"normalized_shape={self.normalized_shape}, eps={self.eps}"
+
+
+class DivDecomposition(Decomposition):
+    """``x / y = x * reciprocal(y)`` for a tensor divisor."""
+
+    op = "div"
+
+    def __init__(self, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.reciprocal = Reciprocal(qconfig_for("reciprocal", Reciprocal, False))
+        self.mul = QuantMul(qconfig_for("mul", QuantMul, True))
+
+    def forward(self, x, y):
+        return self.mul(x, self.reciprocal(y))

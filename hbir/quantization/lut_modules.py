@@ -1,0 +1,268 @@
+"""LUT-ready QAT modules: nonlinear ops that deployment evaluates with lookup tables.
+
+Each module sees an input that its producer already fake-quantized, computes the float
+function (``function``), and fake-quantizes the result with its own
+``activation_post_process``. The table that deployment builds is a function of the
+input codes only, so the QAT forward and the table agree on every code up to the
+table's approximation, which ``num_tables`` bounds: the number of interpolated
+segments for int16 inputs (a positive multiple of 6, the table count of one hardware
+LUT instruction; int8 inputs use an exact 256-entry table). The defaults are those of
+the table builder in ``hbir.runtime.numerics`` (int8 outputs within 1 LSB, int16
+outputs of smooth ops within 2 LSB).
+
+Domain conventions, the same as the tables': log and rsqrt of ``x <= 0`` and the
+reciprocal of 0 are evaluated at the smallest positive input code (``q = 1``, the
+producer's scale), sqrt of ``x < 0`` is 0, exp saturates. Without a known input scale
+a tiny floor stands in, which saturates the output. Every gradient stays finite.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hbir.quantization.dtypes import qint16
+from hbir.quantization.fake_quantize import FakeQuantize
+from hbir.quantization.observers import FixedScaleObserver
+from hbir.quantization.qat_modules import QATModule
+from hbir.quantization.qconfig import QConfig
+from hbir.runtime import numerics
+
+# Mirrors numerics.DEFAULT_NUM_TABLES of the table builder (measured there by
+# benchmarks/lut_error_table.py).
+DEFAULT_NUM_TABLES = {
+    "sigmoid": 192,
+    "tanh": 192,
+    "exp": 384,
+    "log": 96,
+    "sqrt": 96,
+    "rsqrt": 96,
+    "reciprocal": 96,
+    "sin": 192,
+    "cos": 192,
+    "gelu": 192,
+    "silu": 192,
+    "hardsigmoid": 96,
+    "hardswish": 96,
+}
+
+# Inputs below these count as 0 (quantized inputs never are: they are 0 or >= one
+# scale). Without an input scale f(floor) saturates any int16 output; f'(floor) and
+# f' above the floor are finite in float32.
+_LOG_FLOOR = float(torch.finfo(torch.float32).tiny)
+_RSQRT_FLOOR = 1e-20
+_RECIPROCAL_FLOOR = 1e-18
+_EXP_CEILING = 80.0
+
+
+class LutModule(QATModule):
+    """Base of the LUT-ready modules: ``activation_post_process(function(x))``."""
+
+    op: ClassVar[str] = ""
+
+    def __init__(self, qconfig: QConfig, num_tables: int | None = None) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.num_tables = (
+            DEFAULT_NUM_TABLES[self.op] if num_tables is None else num_tables
+        )
+
+    @property
+    def num_tables(self) -> int:
+        return self._num_tables
+
+    @num_tables.setter
+    def num_tables(self, value: int) -> None:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value <= 0
+            or value % 6
+        ):
+            raise ValueError(
+                f"{type(self).__name__}.num_tables must be a positive multiple of 6, "
+                f"got {value!r}"
+            )
+        self._num_tables = value
+
+    def function(self, x: torch.Tensor) -> torch.Tensor:
+        """The float function the table approximates."""
+        raise NotImplementedError
+
+    def _smallest_code(self, default: float):
+        """The value of input code 1 (the producer's scale), else ``default``."""
+        fake_quants = self.input_fake_quants()
+        if fake_quants and fake_quants[0] is not None and fake_quants[0].ch_axis < 0:
+            return fake_quants[0].scale
+        return default
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        return self.activation_post_process(self.function(x))
+
+    def extra_repr(self) -> str:
+        return f"num_tables={self.num_tables}"
+
+
+class Sigmoid(LutModule):
+    op = "sigmoid"
+
+    def function(self, x):
+        return torch.sigmoid(x)
+
+
+class Tanh(LutModule):
+    op = "tanh"
+
+    def function(self, x):
+        return torch.tanh(x)
+
+
+class Exp(LutModule):
+    op = "exp"
+
+    def function(self, x):
+        return torch.exp(x.clamp(max=_EXP_CEILING))
+
+
+class Log(LutModule):
+    op = "log"
+
+    def function(self, x):
+        return torch.log(
+            torch.where(x > _LOG_FLOOR, x, self._smallest_code(_LOG_FLOOR))
+        )
+
+
+class Sqrt(LutModule):
+    op = "sqrt"
+
+    def function(self, x):
+        # sqrt(0) = 0 exactly, with a zero (not infinite) gradient there.
+        positive = x > 0
+        return torch.where(positive, torch.sqrt(torch.where(positive, x, 1.0)), 0.0)
+
+
+class Rsqrt(LutModule):
+    """``1 / sqrt(x + eps)``: layer norm folds its epsilon into the table."""
+
+    op = "rsqrt"
+
+    def __init__(
+        self, qconfig: QConfig, num_tables: int | None = None, eps: float = 0.0
+    ):
+        super().__init__(qconfig, num_tables)
+        self.eps = eps
+
+    def function(self, x):
+        positive = torch.where(x > _RSQRT_FLOOR, x, self._smallest_code(_RSQRT_FLOOR))
+        return torch.rsqrt(positive + self.eps)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", eps={self.eps}" if self.eps else "")
+
+
+class Reciprocal(LutModule):
+    op = "reciprocal"
+
+    def function(self, x):
+        floor = self._smallest_code(_RECIPROCAL_FLOOR)
+        return torch.reciprocal(torch.where(x.abs() < _RECIPROCAL_FLOOR, floor, x))
+
+
+class _Periodic(LutModule):
+    """sin/cos; ``single_period`` reduces the input to [-pi, pi) before the table.
+
+    The reduced angle goes through ``period_fake_quant``, a fixed-scale int16 fake
+    quant covering [-pi, pi], so training sees the one-period table input deployment
+    uses. Without it the table must cover the whole input range, which for wide
+    inputs (positions, timestamps) costs precision; with it, re-calibrate.
+    """
+
+    def __init__(self, qconfig: QConfig, num_tables=None, single_period: bool = False):
+        super().__init__(qconfig, num_tables)
+        self.single_period = single_period
+        self.period_fake_quant = FakeQuantize(
+            FixedScaleObserver,
+            qint16,
+            scale=float(numerics.scale_from_absmax(np.float32(math.pi), qint16.bits)),
+            pot=qconfig.activation.pot,
+        )
+
+    def reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """``x - 2 pi round(x / 2 pi)`` in float64 (floor carries no gradient)."""
+        wide = x.double()
+        turns = torch.floor(wide / (2 * math.pi) + 0.5)
+        return self.period_fake_quant((wide - 2 * math.pi * turns).to(x.dtype))
+
+    def function(self, x):
+        return self.periodic(self.reduce(x) if self.single_period else x)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", single_period={self.single_period}"
+
+
+class Sin(_Periodic):
+    op = "sin"
+    periodic = staticmethod(torch.sin)
+
+
+class Cos(_Periodic):
+    op = "cos"
+    periodic = staticmethod(torch.cos)
+
+
+class GELU(LutModule):
+    op = "gelu"
+
+    def __init__(self, qconfig: QConfig, num_tables=None, approximate: str = "none"):
+        super().__init__(qconfig, num_tables)
+        self.approximate = approximate
+
+    def function(self, x):
+        return F.gelu(x, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", approximate={self.approximate!r}"
+
+
+class SiLU(LutModule):
+    op = "silu"
+
+    def function(self, x):
+        return F.silu(x)
+
+
+class Hardsigmoid(LutModule):
+    op = "hardsigmoid"
+
+    def function(self, x):
+        return F.hardsigmoid(x)
+
+
+class Hardswish(LutModule):
+    op = "hardswish"
+
+    def function(self, x):
+        return F.hardswish(x)
+
+
+LUT_MODULES = (
+    Sigmoid,
+    Tanh,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Reciprocal,
+    Sin,
+    Cos,
+    GELU,
+    SiLU,
+    Hardsigmoid,
+    Hardswish,
+)

@@ -1,0 +1,480 @@
+"""``prepare``: turn a float model into a QAT model (a torch.fx GraphModule).
+
+Steps: trace (``tracing.py``, which also says why fx), record what each node produces
+on the example inputs, fold conv+bn(+relu) (``fusion.py``), then rebuild the graph node
+by node with the rules of ``op_rules.py``:
+
+* a node whose inputs are all float (before a ``QuantStub``, after a ``DeQuantStub``,
+  constants) stays float and is listed as unquantized;
+* a node with a quantized input becomes a ``call_module`` to a QAT module (or the
+  inlined steps of a decomposition), or stays a pass-through node keeping its input's
+  scale; any float input it also takes (a constant, a raw input) gets a generated
+  ``QuantStub``;
+* anything else is an unsupported op, reported all at once with the user's source line.
+
+A model without any ``QuantStub`` gets one generated per float input. Weightless
+modules called at several places get one QAT module per call, so each call site has
+its own output scale; weight modules stay shared and are reported.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch import fx, nn
+
+from hbir.quantization import op_rules, stubs
+from hbir.quantization import qat_modules as qat
+from hbir.quantization.check_result import Report, write_check_result, write_fx_graph
+from hbir.quantization.consistency import (
+    ConsistencyStrategy,
+    model_flags,
+    qconfig_for_level,
+)
+from hbir.quantization.decompositions import Decomposition
+from hbir.quantization.dtypes import qint16
+from hbir.quantization.fake_quantize import FakeQuantize
+from hbir.quantization.fusion import fuse
+from hbir.quantization.qconfig import QConfig, QconfigSetter, as_setter
+from hbir.quantization.tracing import (
+    HbirTracer,
+    PrepareError,
+    describe_target,
+    record_values,
+    trace,
+    user_frame,
+    value_of,
+)
+
+QUANT, FLOAT, OTHER = "quant", "float", "other"
+
+
+class UnsupportedOpError(PrepareError):
+    """Ops with quantized inputs that prepare has no rule for."""
+
+
+def prepare(
+    model: nn.Module,
+    example_inputs,
+    qconfig: QConfig | QconfigSetter | None = None,
+    out_dir: str | os.PathLike = ".",
+) -> fx.GraphModule:
+    """Return the QAT version of ``model`` and write the two check files to ``out_dir``.
+
+    ``qconfig`` is a ``QConfig`` for every layer or a ``QconfigSetter`` with overrides;
+    ``ConsistencyStrategy.set_consistency_level`` must be called before. The float
+    model is not modified.
+    """
+    if not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    setter = as_setter(qconfig)
+    level = ConsistencyStrategy.get_consistency_level()
+    gm = trace(copy.deepcopy(model))
+    record_values(gm, example_inputs)
+    report = Report(level=level, rule_labels=setter.rule_labels())
+    report.call_counts = _call_counts(gm)
+    report.unfused = fuse(gm)
+    builder = _GraphBuilder(gm, setter, level, report)
+    qat_model = builder.build()
+    qat_model.train(model.training)
+    for key, value in model_flags(level).items():
+        setattr(qat_model, key, value)
+    _dry_run(qat_model, example_inputs)
+    os.makedirs(out_dir, exist_ok=True)
+    write_check_result(
+        os.path.join(out_dir, "model_check_result.txt"), qat_model, report
+    )
+    write_fx_graph(os.path.join(out_dir, "fx_graph.txt"), qat_model)
+    return qat_model
+
+
+def _call_counts(gm: fx.GraphModule) -> dict[str, tuple[int, str]]:
+    modules = dict(gm.named_modules())
+    counts = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    return {t: (c, type(modules[t]).__name__) for t, c in counts.items() if c > 1}
+
+
+def _dry_run(model: fx.GraphModule, example_inputs: tuple) -> None:
+    """Run once with fake quant and observers off, so a broken graph fails here."""
+    fake_quants = [m for m in model.modules() if isinstance(m, FakeQuantize)]
+    saved = [
+        (fq.fake_quant_enabled.clone(), fq.observer_enabled.clone())
+        for fq in fake_quants
+    ]
+    for fq in fake_quants:
+        fq.enable_fake_quant(False).enable_observer(False)
+    try:
+        with torch.no_grad():
+            model(*example_inputs)
+    finally:
+        for fq, (fake_quant, observe) in zip(fake_quants, saved, strict=True):
+            fq.fake_quant_enabled.copy_(fake_quant)
+            fq.observer_enabled.copy_(observe)
+
+
+@dataclass
+class _QconfigFor:
+    """Qconfigs for a builder: ``q()`` for its module, ``q.step`` for steps."""
+
+    builder: _GraphBuilder
+    name: str
+    type_keys: list = field(default_factory=list)
+
+    def __call__(self) -> QConfig:
+        return self.builder.resolve(self.name, self.type_keys)
+
+    def step(self, step: str, cls: type, final: bool) -> QConfig:
+        keys = [cls, cls.op, *self.type_keys]
+        return self.builder.resolve(f"{self.name}.{step}", keys, internal=not final)
+
+    def constant(self, node):
+        """The tensor behind a ``get_attr`` node (layer-norm weights), or None."""
+        if node is None:
+            return None
+        if not isinstance(node, fx.Node) or node.op != "get_attr":
+            raise op_rules.Unsupported("weights that are not module attributes")
+        value = self.builder.gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        return value
+
+
+class _GraphBuilder:
+    """Rebuilds the traced graph with QAT modules (see the module docstring)."""
+
+    def __init__(
+        self, gm: fx.GraphModule, setter: QconfigSetter, level, report: Report
+    ):
+        self.gm, self.setter, self.level, self.report = gm, setter, level, report
+        self.modules = dict(gm.named_modules())
+        self.graph = fx.Graph()
+        self.env: dict[fx.Node, fx.Node] = {}
+        self.state: dict[fx.Node, str] = {}
+        self.fake_quant_of: dict[fx.Node, FakeQuantize] = {}
+        self.stub_for: dict[fx.Node, fx.Node] = {}
+        self.taken = set(self.modules)
+        self.counters: Counter = Counter()
+        self.site_counts: Counter = Counter()
+        self.qat_of_target: dict[str, tuple[str, nn.Module]] = {}
+        self.decompositions: dict[str, Decomposition] = {}
+        self.unsupported: list[str] = []
+        self.has_user_stub = any(
+            isinstance(m, stubs.QuantStub) for m in self.modules.values()
+        )
+
+    # ------------------------------------------------------------- qconfigs
+
+    def resolve(self, name: str, type_keys: list, internal: bool = False) -> QConfig:
+        qconfig, source = self.setter.resolve(name, type_keys)
+        if internal and source != f"module_name[{name!r}]":
+            activation = qconfig.activation
+            if activation.dtype.bits < qint16.bits:
+                qconfig = qconfig.replace(activation=activation.replace(dtype=qint16))
+                source += " (int16: decomposition step)"
+        qconfig = qconfig_for_level(qconfig, self.level)
+        self.report.sources[name] = source
+        return qconfig
+
+    # ------------------------------------------------------------- walking
+
+    def build(self) -> fx.GraphModule:
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                self._placeholder(node)
+            elif node.op == "get_attr":
+                new = self.graph.node_copy(node, self.env.__getitem__)
+                self._set(node, new, FLOAT if value_of(node).is_float_tensor else OTHER)
+            elif node.op == "output":
+                self.graph.node_copy(node, self.env.__getitem__)
+            else:
+                self._call(node)
+        if self.unsupported:
+            count = len(self.unsupported)
+            raise UnsupportedOpError(
+                f"prepare cannot quantize {count} op{'s' if count > 1 else ''}:\n"
+                + "\n".join(self.unsupported)
+                + "\nPut a DeQuantStub before an op to run it in float, or replace it "
+                "with a supported op."
+            )
+        qat_model = fx.GraphModule(self.gm, self.graph, type(self.gm).__name__)
+        for name, container in self.decompositions.items():
+            qat_model.add_submodule(name, container)
+        qat_model.graph.lint()
+        qat_model.recompile()
+        return qat_model
+
+    def _set(self, old: fx.Node, new: fx.Node, state: str, fake_quant=None) -> None:
+        self.env[old] = new
+        self.state[new] = state
+        if fake_quant is not None:
+            self.fake_quant_of[new] = fake_quant
+
+    def _placeholder(self, node: fx.Node) -> None:
+        new = self.graph.node_copy(node, self.env.__getitem__)
+        is_float = value_of(node).is_float_tensor
+        self._set(node, new, FLOAT if is_float else OTHER)
+        if is_float and not self.has_user_stub:
+            self.env[node] = self._stub(new, "input without QuantStub")
+
+    def _call(self, node: fx.Node) -> None:
+        args = fx.node.map_arg(node.args, self.env.__getitem__)
+        kwargs = fx.node.map_arg(node.kwargs, self.env.__getitem__)
+        inputs = [
+            n for n in _nodes_in((args, kwargs)) if self.state.get(n) in (QUANT, FLOAT)
+        ]
+        quantized_input = any(self.state[n] == QUANT for n in inputs)
+        module = self.modules.get(node.target) if node.op == "call_module" else None
+        if isinstance(module, stubs.QuantStub):
+            self._module_call(
+                node, op_rules.OpRule("quantize", _build_stub), module, args
+            )
+        elif isinstance(module, stubs.DeQuantStub):
+            new = self._emit(
+                self._site_name(node, module), qat.DeQuantStub(), args, node
+            )
+            self._set(node, new, FLOAT)
+        elif isinstance(module, nn.Identity):
+            self.env[node] = args[0]
+        elif isinstance(module, nn.Flatten):
+            flat = (args[0], module.start_dim, module.end_dim)
+            new = self.graph.call_function(torch.flatten, flat)
+            if quantized_input:
+                self._passthrough(node, new, inputs)
+            else:
+                new.meta = dict(node.meta)
+                self._set(node, new, FLOAT)
+        elif quantized_input and self._is_passthrough(node, module, args, kwargs):
+            self._passthrough(
+                node, self.graph.node_copy(node, self.env.__getitem__), inputs
+            )
+        elif not value_of(node).is_float_tensor and (
+            module is None or not quantized_input
+        ):
+            self._copy(node, args, kwargs, OTHER)
+        elif not quantized_input:
+            self._copy(node, args, kwargs, FLOAT)
+            reason = (
+                "inputs are float (before a QuantStub, after a DeQuantStub, constants)"
+            )
+            self.report.unquantized.append((node.name, self._describe(node), reason))
+        else:
+            rule = self._rule(node, module)
+            if rule is None:
+                self._unsupported(node, "no quantization rule for this op")
+                self._copy(node, args, kwargs, QUANT)  # keep checking what follows
+            elif module is not None:
+                self._module_call(node, rule, module, args)
+            else:
+                self._function_call(node, rule, args, kwargs)
+
+    def _rule(self, node: fx.Node, module) -> op_rules.OpRule | None:
+        if node.op == "call_module":
+            return op_rules.MODULE_RULES.get(type(module))
+        if node.op == "call_method":
+            return op_rules.METHOD_RULES.get(node.target)
+        return op_rules.FUNCTION_RULES.get(node.target)
+
+    def _is_passthrough(self, node, module, args, kwargs) -> bool:
+        if node.op == "call_module":
+            return isinstance(module, op_rules.PASSTHROUGH_MODULES)
+        if node.op == "call_method":
+            return node.target in op_rules.PASSTHROUGH_METHODS
+        check = op_rules.CONDITIONAL_PASSTHROUGH.get(node.target)
+        if check is not None:
+            return check(*args, **kwargs)
+        return node.target in op_rules.PASSTHROUGH_FUNCTIONS
+
+    def _copy(self, node, args, kwargs, state) -> None:
+        self._set(node, self.graph.node_copy(node, self.env.__getitem__), state)
+
+    def _passthrough(self, node: fx.Node, new: fx.Node, inputs: list[fx.Node]) -> None:
+        """Keep the producer's scale (tuples too: ``split`` then ``getitem``)."""
+        new.meta = dict(node.meta)
+        value = value_of(node)
+        if value.is_tensor and not value.is_float_tensor:
+            self._set(node, new, OTHER)
+            return
+        source = next(n for n in inputs if self.state[n] == QUANT)
+        self._set(node, new, QUANT, self.fake_quant_of.get(source))
+
+    def _describe(self, node: fx.Node) -> str:
+        return describe_target(node, self.modules)
+
+    def _unsupported(self, node: fx.Node, reason: str) -> None:
+        where = user_frame(node.stack_trace) or "(source line unknown)"
+        self.unsupported.append(f"  {where}\n    {self._describe(node)}: {reason}")
+
+    # ------------------------------------------------------------- emission
+
+    def _module_call(self, node, rule, module, args) -> None:
+        name = self._site_name(node, module)
+        shared = self.qat_of_target.get(node.target)
+        if shared is not None and shared[0] == name:  # a shared weight module again
+            new = self._call_module(name, shared[1], args, node)
+            self._set(node, new, QUANT, self.fake_quant_of[new])
+            return
+        q = _QconfigFor(self, name, [type(module), rule.op])
+        fused_relu = node.meta.get("hbir_fused_relu")
+        try:
+            built, call_args = rule.build(q, module, *args, fused_relu=fused_relu)
+        except op_rules.Unsupported as error:
+            self._unsupported(node, str(error))
+            self._copy(node, args, {}, QUANT)
+            return
+        self.qat_of_target.setdefault(node.target, (name, built))
+        self._place(node, name, built, call_args)
+
+    def _function_call(self, node, rule, args, kwargs) -> None:
+        name = self._generated_name(node, rule.op)
+        keys = [node.target, rule.op]
+        try:
+            built, call_args = rule.build(
+                _QconfigFor(self, name, keys), *args, **kwargs
+            )
+        except (op_rules.Unsupported, TypeError) as error:
+            self._unsupported(node, f"unsupported arguments ({error})")
+            self._copy(node, args, kwargs, QUANT)
+            return
+        self._place(node, name, built, call_args)
+
+    def _place(self, node, name, built, call_args) -> None:
+        if isinstance(built, Decomposition):
+            self.decompositions[name] = built
+            self._install(name, built)
+            out = self._inline(name, built, call_args, node)
+        else:
+            out = self._emit(name, built, call_args, node)
+        self._set(node, out, QUANT, self.fake_quant_of.get(out))
+
+    def _emit(self, name: str, module: nn.Module, args, origin: fx.Node) -> fx.Node:
+        """Install ``module`` at ``name`` and call it."""
+        self._install(name, module)
+        return self._call_module(name, module, args, origin)
+
+    def _call_module(self, name, module, args, origin: fx.Node) -> fx.Node:
+        """Call the installed ``module``, quantizing float inputs first."""
+        if not isinstance(module, qat.QuantStub | qat.DeQuantStub):
+            args = fx.node.map_aggregate(args, self._quantized)
+        new = self.graph.call_module(name, tuple(args))
+        new.meta = dict(origin.meta)
+        if not isinstance(module, qat.QATModule):
+            self.state[new] = FLOAT
+            return new
+        self.state[new] = QUANT
+        self.fake_quant_of[new] = module.activation_post_process
+        if not isinstance(module, qat.QuantStub):
+            self._link(name, module, args, origin)
+        return new
+
+    def _link(self, name, module, args, origin: fx.Node) -> None:
+        """Record the producer fake quants of ``module``'s inputs (first call wins)."""
+        inputs = [n for n in _nodes_in(args) if self.state.get(n) == QUANT]
+        producers = tuple(self.fake_quant_of.get(n) for n in inputs)
+        if not module.producer_fake_quants:
+            module.producer_fake_quants = producers
+            module.attach_input_fake_quants(len(inputs))
+            module.exact = self.level == 2 and module.supports_exact
+        elif module.producer_fake_quants != producers and module.exact:
+            raise PrepareError(
+                f"'{name}' is called with inputs of different scales, which level 2 "
+                f"cannot make exact; call a separate module at "
+                f"{user_frame(origin.stack_trace)}"
+            )
+
+    def _quantized(self, value):
+        """``value``, or its quantized form if it is a float tensor node."""
+        if isinstance(value, fx.Node) and self.state.get(value) == FLOAT:
+            return self._stub(value, "float tensor used by a quantized op")
+        return value
+
+    def _stub(self, node: fx.Node, reason: str) -> fx.Node:
+        if node not in self.stub_for:
+            name = self._generated_name(node, "quant_stub")
+            stub = qat.QuantStub(self.resolve(name, [qat.QuantStub, "quantize"]))
+            self._install(name, stub)
+            new = self.graph.call_module(name, (node,))
+            new.meta = dict(node.meta)
+            self.state[new] = QUANT
+            self.fake_quant_of[new] = stub.activation_post_process
+            self.stub_for[node] = new
+            self.report.generated_stubs.append((name, node.name, reason))
+        return self.stub_for[node]
+
+    def _inline(self, base: str, container: Decomposition, args, origin) -> fx.Node:
+        """Emit the steps of ``container.forward`` as nodes of the new graph."""
+        sub = HbirTracer().trace(container)
+        env: dict[fx.Node, object] = {}
+        inputs = iter(args)
+        for n in sub.nodes:
+            if n.op == "placeholder":
+                env[n] = next(inputs)
+            elif n.op == "call_module":
+                step_args = fx.node.map_arg(n.args, env.__getitem__)
+                env[n] = self._emit(
+                    f"{base}.{n.target}",
+                    container.get_submodule(n.target),
+                    step_args,
+                    origin,
+                )
+            elif n.op == "output":
+                return env[n.args[0]]
+            else:
+                new = self.graph.node_copy(n, env.__getitem__)
+                quant_inputs = [
+                    m
+                    for m in _nodes_in((new.args, new.kwargs))
+                    if self.state.get(m) == QUANT
+                ]
+                new.meta = dict(origin.meta)
+                self.state[new] = QUANT
+                self.fake_quant_of[new] = self.fake_quant_of.get(quant_inputs[0])
+                env[n] = new
+        raise AssertionError("decomposition without output")
+
+    def _install(self, name: str, module: nn.Module) -> None:
+        self.gm.add_submodule(name, module)
+        self.taken.add(name)
+
+    # ------------------------------------------------------------- names
+
+    def _site_name(self, node: fx.Node, module: nn.Module) -> str:
+        """The module's name, or a fresh one for a later call of a weightless module."""
+        self.site_counts[node.target] += 1
+        calls = self.site_counts[node.target]
+        if calls == 1 or any(True for _ in module.parameters()):
+            return node.target
+        return self._fresh(f"{node.target}_{calls - 1}")
+
+    def _generated_name(self, node: fx.Node, op: str) -> str:
+        stack = node.meta.get("nn_module_stack") or {}
+        owner = list(stack.values())[-1][0] if stack else ""
+        base = f"{owner}._generated_{op}" if owner else f"_generated_{op}"
+        index = self.counters[base]
+        self.counters[base] += 1
+        return self._fresh(f"{base}_{index}")
+
+    def _fresh(self, name: str) -> str:
+        candidate, k = name, 0
+        while candidate in self.taken:
+            k += 1
+            candidate = f"{name}_{k}"
+        self.taken.add(candidate)
+        return candidate
+
+
+def _build_stub(q, module, x, *, fused_relu=None):
+    qconfig = q()
+    if module.qconfig is not None:
+        qconfig = qconfig_for_level(module.qconfig, q.builder.level)
+        q.builder.report.sources[q.name] = "QuantStub(qconfig=...)"
+    return qat.QuantStub.from_float(module, qconfig), (x,)
+
+
+def _nodes_in(value) -> list[fx.Node]:
+    found: list[fx.Node] = []
+    fx.node.map_arg(value, found.append)
+    return found

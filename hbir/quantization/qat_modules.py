@@ -1,0 +1,538 @@
+"""QAT modules: the quantized ops of a prepared model.
+
+Every quantized op in a prepared graph is a ``call_module`` to one of these. Each owns
+``activation_post_process``, the ``FakeQuantize`` of its output; weight modules also
+own ``weight_fake_quant`` (per output channel). Inputs are already fake-quantized by
+their producers; ``producer_fake_quants`` (set by ``prepare``) links to those
+``FakeQuantize`` modules, so export and level-2 bias quantization know each input's
+scale. With ``get_qconfig(in_dtype=...)`` a module also owns ``input_fake_quant``, one
+per tensor input, which then takes the producers' place.
+
+``exact`` (consistency level 2) runs the conv/linear/matmul/add/sub/mul forward in
+float64 with the bias on the int32 grid ``s_in * s_w``: with power-of-two scales every
+product and sum is then exact, and the output fake quant equals the integer kernel's
+requantization bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hbir.quantization.dtypes import qint32
+from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
+from hbir.quantization.observers import FixedScaleObserver
+from hbir.quantization.qconfig import QConfig
+
+
+class QATModule(nn.Module):
+    """Shared quantization state of all QAT modules (a mixin for nn layers)."""
+
+    op: ClassVar[str] = ""
+    supports_exact: ClassVar[bool] = False
+
+    def _init_quant(self, qconfig: QConfig) -> None:
+        self.qconfig = qconfig
+        self.activation_post_process = qconfig.activation()
+        self.input_fake_quant: nn.ModuleList | None = None
+        self.producer_fake_quants: tuple[FakeQuantize | None, ...] = ()
+        self.exact = False
+
+    def attach_input_fake_quants(self, count: int) -> None:
+        """Give the module its own input fake quants when the qconfig asks for them."""
+        if self.qconfig.input is not None and self.input_fake_quant is None:
+            self.input_fake_quant = nn.ModuleList(
+                self.qconfig.input() for _ in range(count)
+            )
+
+    def input_fake_quants(self) -> tuple[FakeQuantize | None, ...]:
+        """The fake quant that defines each tensor input's scale, in argument order."""
+        if self.input_fake_quant is not None:
+            return tuple(self.input_fake_quant)
+        return self.producer_fake_quants
+
+    def _quant_inputs(self, *xs):
+        if self.input_fake_quant is None:
+            return xs
+        fqs = iter(self.input_fake_quant)
+        return tuple(next(fqs)(x) if torch.is_tensor(x) else x for x in xs)
+
+    def _output(self, out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return self.activation_post_process(out).to(dtype)
+
+
+def _apply_relu(x: torch.Tensor, kind: str | None) -> torch.Tensor:
+    if kind is None:
+        return x
+    if kind == "relu":
+        return F.relu(x)
+    if kind == "relu6":
+        return F.relu6(x)
+    raise ValueError(f"unknown fused activation {kind!r}")
+
+
+def _float_dtype(*xs) -> torch.dtype:
+    return next(x.dtype for x in xs if torch.is_tensor(x))
+
+
+def _double(x):
+    return x.double() if torch.is_tensor(x) else x
+
+
+# ----------------------------------------------------------------- stubs
+
+
+class QuantStub(QATModule):
+    """Quantizes a float input: its ``activation_post_process`` sets the input scale."""
+
+    op = "quantize"
+
+    def __init__(self, qconfig: QConfig) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+
+    @classmethod
+    def from_float(cls, stub: nn.Module, qconfig: QConfig) -> QuantStub:
+        scale = getattr(stub, "scale", None)
+        if scale is not None:
+            spec = qconfig.activation
+            fixed = spec.replace(
+                observer=FixedScaleObserver, observer_kwargs={"scale": scale}
+            )
+            qconfig = qconfig.replace(activation=fixed)
+        return cls(qconfig)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation_post_process(x)
+
+
+class DeQuantStub(nn.Module):
+    """End of the quantized region: an identity whose output export marks as float."""
+
+    op = "dequantize"
+    qconfig = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+# ----------------------------------------------------------------- weight layers
+
+
+class _WeightLayer(QATModule):
+    supports_exact = True
+    weight_ch_axis: ClassVar[int] = 0
+
+    def _init_weight_quant(self, qconfig: QConfig, channels: int) -> None:
+        self._init_quant(qconfig)
+        if qconfig.weight is None:
+            raise ValueError(f"{type(self).__name__} needs a weight qconfig")
+        self.weight_fake_quant = qconfig.weight(channels, ch_axis=self.weight_ch_axis)
+
+    def _bias_scale(self) -> torch.Tensor:
+        return self.weight_fake_quant.scale
+
+    def _exact_bias(self) -> torch.Tensor | None:
+        """The bias on the int32 grid ``fl32(s_in) * fl32(s_w[c])``, as float64."""
+        if self.bias is None:
+            return None
+        fq_in = self.input_fake_quants()[0] if self.input_fake_quants() else None
+        fq_w = self.weight_fake_quant
+        if fq_in is None or not (
+            fq_in.fake_quant_enabled[0] and fq_w.fake_quant_enabled[0]
+        ):
+            return self.bias.double()
+        scale = (fq_in.scale * self._bias_scale()).float()
+        zero = torch.zeros(scale.shape, dtype=torch.int32)
+        return fake_quantize(self.bias.double(), scale, zero, qint32.min, qint32.max, 0)
+
+    def _inputs(self, x: torch.Tensor):
+        """(input, fake-quantized weight, bias) in the forward's precision."""
+        (x,) = self._quant_inputs(x)
+        weight = self.weight_fake_quant(self.weight)
+        if self.exact:
+            return x.double(), weight.double(), self._exact_bias()
+        return x, weight, self.bias
+
+    def extra_repr(self) -> str:
+        text = super().extra_repr()
+        if getattr(self, "fused_relu", None):
+            text += f", fused_relu={self.fused_relu}"
+        return text + (", exact=True" if self.exact else "")
+
+
+class Conv2d(_WeightLayer, nn.Conv2d):
+    """Conv2d (BN folded in, optional fused relu/relu6) with per-channel weights."""
+
+    op = "conv2d"
+
+    def __init__(
+        self, *args, qconfig: QConfig, fused_relu: str | None = None, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self._init_weight_quant(qconfig, self.out_channels)
+        self.fused_relu = fused_relu
+
+    @classmethod
+    def from_float(cls, mod: nn.Conv2d, qconfig: QConfig, fused_relu=None) -> Conv2d:
+        qat = cls(
+            mod.in_channels,
+            mod.out_channels,
+            mod.kernel_size,
+            stride=mod.stride,
+            padding=mod.padding,
+            dilation=mod.dilation,
+            groups=mod.groups,
+            bias=mod.bias is not None,
+            padding_mode=mod.padding_mode,
+            qconfig=qconfig,
+            fused_relu=fused_relu,
+        )
+        qat.weight, qat.bias = mod.weight, mod.bias
+        return qat
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x, weight, bias = self._inputs(x)
+        out = _apply_relu(self._conv_forward(x, weight, bias), self.fused_relu)
+        return self._output(out, dtype)
+
+
+class ConvTranspose2d(_WeightLayer, nn.ConvTranspose2d):
+    """ConvTranspose2d; weights ``[in, out/groups, kh, kw]`` quantized along axis 1."""
+
+    op = "conv_transpose2d"
+    weight_ch_axis = 1
+
+    def __init__(
+        self, *args, qconfig: QConfig, fused_relu: str | None = None, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self._init_weight_quant(qconfig, self.out_channels // self.groups)
+        self.fused_relu = fused_relu
+
+    @classmethod
+    def from_float(cls, mod: nn.ConvTranspose2d, qconfig: QConfig, fused_relu=None):
+        qat = cls(
+            mod.in_channels,
+            mod.out_channels,
+            mod.kernel_size,
+            stride=mod.stride,
+            padding=mod.padding,
+            output_padding=mod.output_padding,
+            groups=mod.groups,
+            bias=mod.bias is not None,
+            dilation=mod.dilation,
+            qconfig=qconfig,
+            fused_relu=fused_relu,
+        )
+        qat.weight, qat.bias = mod.weight, mod.bias
+        return qat
+
+    def _bias_scale(self) -> torch.Tensor:
+        # Output channel g * (out / groups) + j uses weight channel j.
+        return self.weight_fake_quant.scale.repeat(self.groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x, weight, bias = self._inputs(x)
+        out = F.conv_transpose2d(
+            x,
+            weight,
+            bias,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            self.dilation,
+        )
+        return self._output(_apply_relu(out, self.fused_relu), dtype)
+
+
+class Linear(_WeightLayer, nn.Linear):
+    """Linear (optional fused relu/relu6) with per-output-channel weights."""
+
+    op = "linear"
+
+    def __init__(
+        self, *args, qconfig: QConfig, fused_relu: str | None = None, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self._init_weight_quant(qconfig, self.out_features)
+        self.fused_relu = fused_relu
+
+    @classmethod
+    def from_float(cls, mod: nn.Linear, qconfig: QConfig, fused_relu=None) -> Linear:
+        qat = cls(
+            mod.in_features,
+            mod.out_features,
+            bias=mod.bias is not None,
+            qconfig=qconfig,
+            fused_relu=fused_relu,
+        )
+        qat.weight, qat.bias = mod.weight, mod.bias
+        return qat
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x, weight, bias = self._inputs(x)
+        out = _apply_relu(F.linear(x, weight, bias), self.fused_relu)
+        return self._output(out, dtype)
+
+
+class QuantAffine(QATModule):
+    """``x * weight + bias`` with a per-channel fake-quantized weight.
+
+    The affine step of a layer-norm decomposition and the form a BatchNorm2d takes when
+    it cannot be folded into a conv. ``view_shape`` broadcasts the weight against the
+    input (``normalized_shape`` for layer norm, ``(C, 1, 1)`` for batch norm).
+    """
+
+    op = "affine"
+
+    def __init__(
+        self,
+        qconfig: QConfig,
+        weight: nn.Parameter,
+        bias: nn.Parameter | None,
+        view_shape: tuple[int, ...],
+    ) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.weight = weight
+        self.bias = bias
+        self.view_shape = tuple(view_shape)
+        self.weight_fake_quant = qconfig.weight(weight.shape[0], ch_axis=0)
+
+    @classmethod
+    def from_batch_norm(cls, bn: nn.BatchNorm2d, qconfig: QConfig) -> QuantAffine:
+        """The eval-mode batch norm ``x * g / sqrt(var + eps) + (b - mean * ...)``."""
+        inv_std = torch.rsqrt(bn.running_var + bn.eps)
+        gamma = (
+            bn.weight.detach() if bn.weight is not None else torch.ones_like(inv_std)
+        )
+        beta = bn.bias.detach() if bn.bias is not None else torch.zeros_like(inv_std)
+        weight = nn.Parameter(gamma * inv_std)
+        bias = nn.Parameter(beta - bn.running_mean * gamma * inv_std)
+        return cls(qconfig, weight, bias, (-1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        out = x * self.weight_fake_quant(self.weight).reshape(self.view_shape)
+        if self.bias is not None:
+            out = out + self.bias.reshape(self.view_shape)
+        return self.activation_post_process(out)
+
+    def extra_repr(self) -> str:
+        return f"view_shape={self.view_shape}, bias={self.bias is not None}"
+
+
+# ----------------------------------------------------------------- pooling
+
+
+class MaxPool2d(nn.MaxPool2d, QATModule):
+    op = "max_pool2d"
+
+    def __init__(self, *args, qconfig: QConfig, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.return_indices:
+            raise ValueError("MaxPool2d with return_indices cannot be quantized")
+        self._init_quant(qconfig)
+
+    @classmethod
+    def from_float(cls, mod: nn.MaxPool2d, qconfig: QConfig) -> MaxPool2d:
+        return cls(
+            mod.kernel_size,
+            mod.stride,
+            mod.padding,
+            mod.dilation,
+            mod.return_indices,
+            mod.ceil_mode,
+            qconfig=qconfig,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        return self.activation_post_process(super().forward(x))
+
+
+class AvgPool2d(nn.AvgPool2d, QATModule):
+    op = "avg_pool2d"
+
+    def __init__(self, *args, qconfig: QConfig, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._init_quant(qconfig)
+
+    @classmethod
+    def from_float(cls, mod: nn.AvgPool2d, qconfig: QConfig) -> AvgPool2d:
+        return cls(
+            mod.kernel_size,
+            mod.stride,
+            mod.padding,
+            mod.ceil_mode,
+            mod.count_include_pad,
+            mod.divisor_override,
+            qconfig=qconfig,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        return self.activation_post_process(super().forward(x))
+
+
+class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d, QATModule):
+    op = "adaptive_avg_pool2d"
+
+    def __init__(self, output_size, *, qconfig: QConfig):
+        super().__init__(output_size)
+        self._init_quant(qconfig)
+
+    @classmethod
+    def from_float(
+        cls, mod: nn.AdaptiveAvgPool2d, qconfig: QConfig
+    ) -> AdaptiveAvgPool2d:
+        return cls(mod.output_size, qconfig=qconfig)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        return self.activation_post_process(super().forward(x))
+
+
+# ----------------------------------------------------------------- elementwise
+
+
+class Clamp(QATModule):
+    """``clamp(x, min_value, max_value)`` (either bound may be None)."""
+
+    op = "clamp"
+
+    def __init__(self, qconfig: QConfig, min_value=None, max_value=None) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.min_value, self.max_value = min_value, max_value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        return self.activation_post_process(
+            torch.clamp(x, self.min_value, self.max_value)
+        )
+
+    def extra_repr(self) -> str:
+        return f"min_value={self.min_value}, max_value={self.max_value}"
+
+
+class ReLU(Clamp):
+    op = "relu"
+
+    def __init__(self, qconfig: QConfig) -> None:
+        super().__init__(qconfig, 0.0, None)
+
+
+class ReLU6(Clamp):
+    op = "relu6"
+
+    def __init__(self, qconfig: QConfig) -> None:
+        super().__init__(qconfig, 0.0, 6.0)
+
+
+class _Binary(QATModule):
+    """A two-operand op; either operand may be a Python number."""
+
+    supports_exact = True
+
+    def __init__(self, qconfig: QConfig) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+
+    def compute(self, a, b) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, a, b) -> torch.Tensor:
+        a, b = self._quant_inputs(a, b)
+        dtype = _float_dtype(a, b)
+        if self.exact:
+            a, b = _double(a), _double(b)
+        return self._output(self.compute(a, b), dtype)
+
+    def extra_repr(self) -> str:
+        return "exact=True" if self.exact else ""
+
+
+class QuantAdd(_Binary):
+    op = "add"
+
+    def compute(self, a, b):
+        return a + b
+
+
+class QuantSub(_Binary):
+    op = "sub"
+
+    def compute(self, a, b):
+        return a - b
+
+
+class QuantMul(_Binary):
+    op = "mul"
+
+    def compute(self, a, b):
+        return a * b
+
+
+class QuantMatmul(_Binary):
+    op = "matmul"
+
+    def compute(self, a, b):
+        return torch.matmul(a, b)
+
+
+class QuantCat(QATModule):
+    """``torch.cat(tensors, dim)``: one output scale for all inputs."""
+
+    op = "cat"
+
+    def __init__(self, qconfig: QConfig, dim: int = 0) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.dim = dim
+
+    def forward(self, tensors) -> torch.Tensor:
+        tensors = self._quant_inputs(*tensors)
+        return self.activation_post_process(torch.cat(tensors, self.dim))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class _Reduce(QATModule):
+    def __init__(self, qconfig: QConfig, dim=None, keepdim: bool = False) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.dim = tuple(dim) if isinstance(dim, list | tuple) else dim
+        self.keepdim = keepdim
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, keepdim={self.keepdim}"
+
+
+class QuantMean(_Reduce):
+    op = "mean"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        if self.dim is None:
+            return self.activation_post_process(x.mean())
+        return self.activation_post_process(x.mean(self.dim, self.keepdim))
+
+
+class QuantSum(_Reduce):
+    op = "sum"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        if self.dim is None:
+            return self.activation_post_process(x.sum())
+        return self.activation_post_process(x.sum(self.dim, self.keepdim))

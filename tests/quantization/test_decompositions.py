@@ -1,0 +1,177 @@
+"""Softmax, layer norm and division as chains of QAT modules."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hbir.quantization import (
+    DeQuantStub,
+    FakeQuantState,
+    QconfigSetter,
+    QuantStub,
+    prepare,
+    qint8,
+    qint16,
+    set_fake_quantize,
+)
+from hbir.quantization import lut_modules as lut
+from hbir.quantization import qat_modules as qat
+from hbir.quantization.decompositions import (
+    LayerNormDecomposition,
+    SoftmaxDecomposition,
+)
+
+
+class Net(nn.Module):
+    def __init__(self, affine=True):
+        super().__init__()
+        self.quant = QuantStub()
+        self.norm = nn.LayerNorm(16, elementwise_affine=affine)
+        self.softmax = nn.Softmax(dim=-1)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.softmax(self.norm(self.quant(x)) * 2.0))
+
+
+def _data(seed=0, n=8):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, 16, generator=g) * 3 + 1
+
+
+def _prepared(tmp_path, affine=True, qconfig=None):
+    torch.manual_seed(0)
+    model = Net(affine).eval()
+    if affine:
+        model.norm.weight.data.uniform_(0.5, 1.5)
+        model.norm.bias.data.normal_()
+    return model, prepare(model, _data(), qconfig, out_dir=tmp_path)
+
+
+def _calibrate(qat_model):
+    qat_model.eval()
+    set_fake_quantize(qat_model, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for seed in range(4):
+            qat_model(_data(seed))
+    set_fake_quantize(qat_model, FakeQuantState.VALIDATION)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_steps_are_separate_call_modules(tmp_path, affine):
+    _, qat_model = _prepared(tmp_path, affine)
+    calls = [n.target for n in qat_model.graph.nodes if n.op == "call_module"]
+    ln_steps = [
+        "norm.mean",
+        "norm.sub",
+        "norm.square",
+        "norm.var",
+        "norm.rsqrt",
+        "norm.mul",
+    ]
+    softmax_steps = [
+        "softmax.sub",
+        "softmax.exp",
+        "softmax.sum",
+        "softmax.reciprocal",
+        "softmax.mul",
+    ]
+    expected = ln_steps + (["norm.affine"] if affine else [])
+    assert [c for c in calls if c.startswith("norm.")] == expected
+    assert [c for c in calls if c.startswith("softmax.")] == softmax_steps
+    assert isinstance(qat_model.norm, LayerNormDecomposition)
+    assert isinstance(qat_model.softmax, SoftmaxDecomposition)
+    assert isinstance(qat_model.softmax.exp, lut.Exp)
+    assert (
+        isinstance(qat_model.norm.rsqrt, lut.Rsqrt) and qat_model.norm.rsqrt.eps == 1e-5
+    )
+    amax = [n for n in qat_model.graph.nodes if n.target is torch.amax]
+    assert len(amax) == 1  # the row maximum, a pass-through
+
+
+def test_internal_steps_are_int16_and_the_last_step_has_the_output_dtype(tmp_path):
+    _, qat_model = _prepared(tmp_path)
+    for name in (
+        "norm.mean",
+        "norm.var",
+        "norm.rsqrt",
+        "norm.mul",
+        "softmax.exp",
+        "softmax.sum",
+        "softmax.reciprocal",
+    ):
+        assert qat_model.get_submodule(name).activation_post_process.dtype == qint16
+    for name in ("norm.affine", "softmax.mul"):
+        assert qat_model.get_submodule(name).activation_post_process.dtype == qint8
+    check = (tmp_path / "model_check_result.txt").read_text()
+    assert "default (int16: decomposition step)" in check
+
+
+def test_a_step_can_be_overridden_by_name(tmp_path):
+    setter = QconfigSetter(module_name={"softmax.exp": qint8, "norm": qint16})
+    _, qat_model = _prepared(tmp_path, qconfig=setter)
+    assert qat_model.softmax.exp.activation_post_process.dtype == qint8
+    assert qat_model.norm.affine.activation_post_process.dtype == qint16
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_float_mode_equals_torch_layer_norm_and_softmax(tmp_path, affine):
+    model, qat_model = _prepared(tmp_path, affine)
+    qat_model.eval()
+    set_fake_quantize(qat_model, FakeQuantState._FLOAT)
+    x = _data(seed=9)
+    with torch.no_grad():
+        torch.testing.assert_close(qat_model(x), model(x), atol=1e-6, rtol=1e-5)
+        y = qat_model.norm(x)
+        torch.testing.assert_close(
+            y,
+            F.layer_norm(x, (16,), model.norm.weight, model.norm.bias),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+
+
+def test_validation_is_close_to_fake_quantized_torch_softmax(tmp_path):
+    _, qat_model = _prepared(tmp_path)
+    _calibrate(qat_model)
+    x = _data(seed=11)
+    with torch.no_grad():
+        logits = qat_model.norm(qat_model.quant(x)) * 2.0
+        out = qat_model(x)
+    s_out = qat_model.softmax.mul.activation_post_process.scale.item()
+    reference = F.softmax(logits, dim=-1)
+    assert (out - reference).abs().max().item() <= 2 * s_out
+
+
+def test_inlined_graph_equals_the_container_forward(tmp_path):
+    _, qat_model = _prepared(tmp_path)
+    _calibrate(qat_model)
+    x = _data(seed=5)
+    with torch.no_grad():
+        direct = qat_model.softmax(
+            qat_model.get_submodule("_generated_mul_0")(
+                qat_model.norm(qat_model.quant(x)), 2.0
+            )
+        )
+        assert torch.equal(qat_model(x), direct)
+
+
+def test_division_by_a_tensor_is_reciprocal_then_mul(tmp_path):
+    class Div(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = QuantStub()
+
+        def forward(self, x):
+            x = self.quant(x)
+            return x / (x * x + 1.0)
+
+    qat_model = prepare(Div(), torch.randn(4, 5), out_dir=tmp_path)
+    div = qat_model.get_submodule("_generated_div_0")
+    assert isinstance(div.reciprocal, lut.Reciprocal) and isinstance(
+        div.mul, qat.QuantMul
+    )
+    set_fake_quantize(qat_model.eval(), FakeQuantState._FLOAT)
+    x = torch.randn(4, 5)
+    torch.testing.assert_close(qat_model(x), x / (x * x + 1.0))

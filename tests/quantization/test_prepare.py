@@ -1,0 +1,458 @@
+"""prepare: graph structure, fusion, functional ops, stubs, and error reporting."""
+
+import inspect
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from hbir.quantization import (
+    DeQuantStub,
+    FakeQuantState,
+    PrepareError,
+    QuantStub,
+    UnsupportedOpError,
+    op_rules,
+    prepare,
+    set_fake_quantize,
+)
+from hbir.quantization import lut_modules as lut
+from hbir.quantization import qat_modules as qat
+from hbir.quantization.decompositions import Decomposition
+
+
+def _prepare(model, inputs, tmp_path, qconfig=None):
+    return prepare(model.eval(), inputs, qconfig, out_dir=tmp_path)
+
+
+def _float_equal(model, qat_model, inputs, atol=1e-5):
+    qat_model.eval()
+    set_fake_quantize(qat_model, FakeQuantState._FLOAT)
+    with torch.no_grad():
+        expected, got = model(*inputs), qat_model(*inputs)
+    torch.testing.assert_close(got, expected, atol=atol, rtol=1e-5)
+
+
+def _source_line(obj, text: str) -> int:
+    lines, start = inspect.getsourcelines(obj)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+class Functional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant_a = QuantStub()
+        self.quant_b = QuantStub()
+        self.drop = nn.Dropout(0.1)
+        self.ident = nn.Identity()
+        self.flat = nn.Flatten()
+        self.dequant = DeQuantStub()
+
+    def forward(self, a, b):
+        a, b = self.quant_a(a), self.quant_b(b)
+        s = (a + b) * b - a * 0.5
+        m = torch.matmul(s, b.transpose(-2, -1))
+        c = torch.cat([m, m.mean(-1, keepdim=True)], dim=-1)
+        c = self.ident(self.drop(c)).reshape(2, -1).permute(1, 0)
+        d = c / (c * c + 1.0) + c**2
+        return self.dequant(self.flat(d.unsqueeze(0)))
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 4, generator=g)
+
+
+def test_functional_ops_become_qat_call_modules(tmp_path):
+    model = Functional()
+    qat_model = _prepare(model, _inputs(), tmp_path)
+    assert isinstance(qat_model, fx.GraphModule)
+    kinds = set()
+    for node in qat_model.graph.nodes:
+        if node.op == "call_module":
+            module = qat_model.get_submodule(node.target)
+            assert isinstance(module, qat.QATModule | qat.DeQuantStub | nn.Dropout), (
+                node
+            )
+            kinds.add(type(module).__name__)
+        elif node.op == "call_function":
+            assert node.target in op_rules.PASSTHROUGH_FUNCTIONS, node
+        elif node.op == "call_method":
+            assert node.target in op_rules.PASSTHROUGH_METHODS, node
+    expected = {
+        "QuantAdd",
+        "QuantMul",
+        "QuantSub",
+        "QuantMatmul",
+        "QuantMean",
+        "QuantCat",
+        "Reciprocal",
+        "QuantStub",
+        "DeQuantStub",
+        "Dropout",
+    }
+    assert expected <= kinds
+    assert not any(isinstance(m, nn.Identity | nn.Flatten) for m in qat_model.modules())
+    _float_equal(model, qat_model, _inputs())
+
+
+def _producer_fake_quant(gm, node):
+    """Independent walk: the output fake quant that defines ``node``'s value."""
+    while node.op != "call_module" or isinstance(
+        gm.get_submodule(node.target), nn.Dropout
+    ):
+        node = node.all_input_nodes[0]
+    return gm.get_submodule(node.target).activation_post_process
+
+
+def test_every_qat_module_links_its_producers_and_owns_its_output(tmp_path):
+    qat_model = _prepare(Functional(), _inputs(), tmp_path)
+    checked = 0
+    for node in qat_model.graph.nodes:
+        if node.op != "call_module":
+            continue
+        module = qat_model.get_submodule(node.target)
+        if not isinstance(module, qat.QATModule):
+            continue
+        assert module.qconfig is not None
+        assert isinstance(module.activation_post_process.scale, torch.Tensor)
+        if isinstance(module, qat.QuantStub):
+            continue
+        args = []
+        fx.node.map_arg(
+            node.args, args.append
+        )  # tensor arguments in order, repeats kept
+        expected = tuple(_producer_fake_quant(qat_model, n) for n in args)
+        assert module.producer_fake_quants == expected, node.target
+        checked += 1
+    assert checked >= 8
+
+
+def test_squares_and_division_are_rewritten(tmp_path):
+    qat_model = _prepare(Functional(), _inputs(), tmp_path)
+    div = next(
+        m
+        for n, m in qat_model.named_modules()
+        if "_generated_div" in n and isinstance(m, Decomposition)
+    )
+    assert isinstance(div.reciprocal, lut.Reciprocal) and isinstance(
+        div.mul, qat.QuantMul
+    )
+    squares = [
+        n
+        for n in qat_model.graph.nodes
+        if n.op == "call_module" and len(n.args) == 2 and n.args[0] is n.args[1]
+    ]
+    assert len(squares) == 2  # c * c and c ** 2
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+        self.relu = nn.ReLU6()
+        self.convt = nn.ConvTranspose2d(6, 4, 2, stride=2)
+        self.bnt = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 8 * 8, 3)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        x = self.bnt(self.convt(self.relu(self.bn(self.conv(self.quant(x))))))
+        return self.dequant(F.relu(self.fc(x.flatten(1))))
+
+
+def _randomize_bn(model):
+    g = torch.Generator().manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g))
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.uniform_(0.5, 1.5, generator=g)
+            m.bias.data.normal_(generator=g)
+    return model
+
+
+def test_conv_bn_relu_fold_and_fuse(tmp_path):
+    model = _randomize_bn(ConvBnRelu())
+    x = torch.randn(2, 3, 4, 4)
+    qat_model = _prepare(model, x, tmp_path)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in qat_model.modules())
+    assert (
+        isinstance(qat_model.conv, qat.Conv2d) and qat_model.conv.fused_relu == "relu6"
+    )
+    assert (
+        isinstance(qat_model.convt, qat.ConvTranspose2d)
+        and qat_model.convt.bias is not None
+    )
+    assert qat_model.fc.fused_relu == "relu"
+    assert qat_model.conv.bias is not None  # the folded BN's shift
+    # Independent reference: the float model in eval mode (torch's own BN).
+    _float_equal(model, qat_model, (x,))
+    check = (tmp_path / "model_check_result.txt").read_text()
+    assert "None: every fusable pattern was fused." in check
+
+
+def test_fused_relu_is_seen_by_the_output_fake_quant(tmp_path):
+    model = _randomize_bn(ConvBnRelu())
+    qat_model = _prepare(model, torch.randn(2, 3, 4, 4), tmp_path)
+    set_fake_quantize(qat_model, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        qat_model(torch.randn(8, 3, 4, 4))
+    observer = qat_model.conv.activation_post_process.activation_post_process
+    assert observer.min_val.item() >= 0.0 and observer.max_val.item() <= 6.0
+
+
+class SharedModules(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.Sigmoid()
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        x = self.quant(x)
+        a = self.act(self.fc(x))
+        b = self.act(self.fc(a))
+        return self.dequant(a + b)
+
+
+def test_weightless_modules_get_one_qat_module_per_call(tmp_path):
+    qat_model = _prepare(SharedModules(), torch.randn(2, 4), tmp_path)
+    targets = [n.target for n in qat_model.graph.nodes if n.op == "call_module"]
+    assert targets.count("fc") == 2  # weights shared
+    assert "act" in targets and "act_1" in targets
+    assert (
+        qat_model.act.activation_post_process
+        is not qat_model.act_1.activation_post_process
+    )
+    check = (tmp_path / "model_check_result.txt").read_text()
+    section = check.split("Each module called times:")[1].split("\n\n")[0]
+    assert "| fc   | Linear  | 2" in section and "| act  | Sigmoid | 2" in section
+
+
+class NoStubs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("offset", torch.linspace(-1, 1, 4))
+
+    def forward(self, x):
+        return self.fc(x) + self.offset
+
+
+def test_model_without_stubs_gets_generated_ones(tmp_path):
+    model = NoStubs()
+    qat_model = _prepare(model, torch.randn(2, 4), tmp_path)
+    stubs = [
+        m
+        for n, m in qat_model.named_children()
+        if n.startswith("_generated_quant_stub")
+    ]
+    assert len(stubs) == 2 and all(isinstance(s, qat.QuantStub) for s in stubs)
+    check = (tmp_path / "model_check_result.txt").read_text()
+    assert "input without QuantStub" in check
+    assert "float tensor used by a quantized op" in check  # the buffer
+    _float_equal(model, qat_model, (torch.randn(3, 4),))
+
+
+class FloatTail(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(4, 4)
+        self.quant = QuantStub()
+        self.fc = nn.Linear(4, 4)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        y = self.dequant(self.fc(self.quant(self.pre(x))))
+        return torch.sigmoid(y) * 2
+
+
+def test_ops_outside_the_stubs_stay_float_and_are_reported(tmp_path):
+    model = FloatTail()
+    qat_model = _prepare(model, torch.randn(2, 4), tmp_path)
+    assert type(qat_model.pre) is nn.Linear
+    assert isinstance(qat_model.fc, qat.Linear)
+    check = (tmp_path / "model_check_result.txt").read_text()
+    section = check.split("Ops left unquantized (run in float):")[1]
+    for name in ("pre", "sigmoid", "mul"):
+        assert f"| {name} " in section
+    _float_equal(model, qat_model, (torch.randn(3, 4),))
+
+
+class Unsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.rnn = nn.GRU(4, 4)
+
+    def forward(self, x):
+        x = self.quant(x)
+        x = F.elu(x)
+        x = torch.abs(x)
+        return self.rnn(x)[0]
+
+
+def test_unsupported_ops_are_named_with_the_users_source_line(tmp_path):
+    with pytest.raises(UnsupportedOpError) as info:
+        _prepare(Unsupported(), torch.randn(3, 2, 4), tmp_path)
+    message = str(info.value)
+    assert "cannot quantize 3 ops" in message
+    for op, code in (
+        ("torch.nn.functional.elu", "F.elu(x)"),
+        ("torch.abs", "torch.abs(x)"),
+        ("torch.nn.modules.rnn.GRU", "self.rnn(x)"),
+    ):
+        assert op in message
+        where = f"{__file__}:{_source_line(Unsupported.forward, code)}"
+        assert where in message, where
+    assert not (tmp_path / "model_check_result.txt").exists()
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+
+def test_untraceable_control_flow_names_the_line(tmp_path):
+    with pytest.raises(PrepareError) as info:
+        _prepare(DataDependent(), torch.randn(2), tmp_path)
+    line = _source_line(DataDependent.forward, "if x.sum() > 0")
+    assert f"{__file__}:{line}" in str(info.value)
+
+
+def test_unsupported_arguments_are_reported(tmp_path):
+    class AddAlpha(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = QuantStub()
+
+        def forward(self, x):
+            x = self.quant(x)
+            return torch.add(x, x, alpha=2)
+
+    with pytest.raises(UnsupportedOpError, match="alpha=2"):
+        _prepare(AddAlpha(), torch.randn(2), tmp_path)
+
+
+def test_float_model_is_left_untouched(tmp_path):
+    model = _randomize_bn(ConvBnRelu())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    qat_model = _prepare(model, torch.randn(2, 3, 4, 4), tmp_path)
+    assert qat_model.fc.weight is not model.fc.weight
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+
+
+class FunctionalLayerNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.weight = nn.Parameter(torch.rand(6) + 0.5)
+        self.bias = nn.Parameter(torch.randn(6))
+
+    def forward(self, x):
+        x = self.quant(x)
+        y = F.layer_norm(x, (6,), self.weight, self.bias, 1e-5)
+        return F.max_pool2d(F.softmax(y, dim=-1), 2)
+
+
+def test_functional_layer_norm_softmax_and_pooling(tmp_path):
+    model = FunctionalLayerNorm()
+    x = torch.randn(2, 3, 4, 6)
+    qat_model = _prepare(model, x, tmp_path)
+    ln = qat_model.get_submodule("_generated_layer_norm_0")
+    assert ln.affine.weight is qat_model.weight
+    assert isinstance(qat_model.get_submodule("_generated_max_pool2d_0"), qat.MaxPool2d)
+    _float_equal(model, qat_model, (x,))
+
+
+def test_print_shows_fake_quant_fields_and_observer_ranges(tmp_path):
+    model = _randomize_bn(ConvBnRelu())
+    qat_model = _prepare(model, torch.randn(2, 3, 4, 4), tmp_path)
+    set_fake_quantize(qat_model, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        qat_model(torch.randn(4, 3, 4, 4))
+    text = str(qat_model)
+    conv = text[text.index("(conv): Conv2d(") : text.index("(convt):")]
+    observer = qat_model.conv.activation_post_process.activation_post_process
+    for field in (
+        "3, 6, kernel_size=(3, 3)",
+        "fused_relu=relu6",
+        "(activation_post_process): FakeQuantize(",
+        "(weight_fake_quant): FakeQuantize(",
+        "fake_quant_enabled=tensor([0], dtype=torch.uint8)",
+        "observer_enabled=tensor([1], dtype=torch.uint8)",
+        "quant_min=-128, quant_max=127, dtype=qint8",
+        "qscheme=torch.per_tensor_symmetric, ch_axis=-1",
+        "qscheme=torch.per_channel_symmetric, ch_axis=0",
+        f"scale={qat_model.conv.activation_post_process.scale!r}",
+        f"MinMaxObserver(min_val={observer.min_val!r}, max_val={observer.max_val!r})",
+        "PerChannelMinMaxObserver(min_val=tensor([",
+    ):
+        assert field in conv, field
+
+
+def _calibrate(qat_model, batches):
+    qat_model.eval()
+    set_fake_quantize(qat_model, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for batch in batches:
+            qat_model(*batch)
+    set_fake_quantize(qat_model, FakeQuantState.VALIDATION)
+    return qat_model
+
+
+def test_state_dict_loads_into_a_fresh_prepare(tmp_path):
+    model = _randomize_bn(ConvBnRelu())
+    x = torch.randn(2, 3, 4, 4)
+    source = _calibrate(_prepare(model, x, tmp_path), [(torch.randn(8, 3, 4, 4),)])
+    target = _prepare(model, x, tmp_path)
+    target.load_state_dict(source.state_dict())
+    _calibrate(target, [])
+    batch = torch.randn(5, 3, 4, 4)
+    with torch.no_grad():
+        assert torch.equal(target(batch), source(batch))
+
+
+def test_deepcopy_and_pickle_keep_producer_links(tmp_path):
+    import copy
+    import io
+
+    qat_model = _calibrate(_prepare(Functional(), _inputs(), tmp_path), [_inputs()])
+    buffer = io.BytesIO()
+    torch.save(qat_model, buffer)
+    buffer.seek(0)
+    for clone in (copy.deepcopy(qat_model), torch.load(buffer, weights_only=False)):
+        add = clone.get_submodule("_generated_add_0")
+        assert add.producer_fake_quants == (
+            clone.quant_a.activation_post_process,
+            clone.quant_b.activation_post_process,
+        )
+        with torch.no_grad():
+            assert torch.equal(clone(*_inputs()), qat_model(*_inputs()))
+
+
+def test_tuple_pass_through_keeps_the_scale(tmp_path):
+    class Chunk(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = QuantStub()
+
+        def forward(self, x):
+            a, b = self.quant(x).chunk(2, dim=1)
+            return a * b, x.argmax(1)
+
+    qat_model = _prepare(Chunk(), torch.randn(3, 4), tmp_path)
+    mul = qat_model.get_submodule("_generated_mul_0")
+    fq = qat_model.quant.activation_post_process
+    assert mul.producer_fake_quants == (fq, fq)
+    ops = [n.target for n in qat_model.graph.nodes if n.op == "call_method"]
+    assert ops == ["chunk", "argmax"]
