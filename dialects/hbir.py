@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -204,8 +205,61 @@ class UnaryOp(IRDLOperation):
         )
 
 
+@dataclass(frozen=True)
+class LutConfig:
+    """How a nonlinear op between fake quantizations is evaluated in fixed point."""
+
+    num_tables: int
+    in_scale: float
+    in_bits: int
+    out_scale: float
+    out_bits: int
+    offset: float = 0.0
+
+
+_LUT_PROPS = ("num_tables", "in_scale", "in_bits", "out_scale", "out_bits")
+
+
 class FloatUnaryOp(UnaryOp):
-    """Elementwise float op; in fixed point it becomes ``hbir.lut``."""
+    """Elementwise float op; in fixed point it becomes ``hbir.lut``.
+
+    Export attaches the table configuration of a quantized nonlinear op
+    (``num_tables``, input and output scale and bits, and for rsqrt the ``offset``
+    folded into the table): the op then computes exactly its fixed-point table on the
+    input codes, as ``pre_export`` does in torch, instead of the float function.
+
+    ``%y = hbir.sigmoid %x {num_tables = 24 : i64, in_scale = 6.25e-02 : f64,
+    in_bits = 8 : i64, out_scale = 3.90625e-03 : f64, out_bits = 8 : i64} :
+    tensor<4xf32>``
+    """
+
+    num_tables = opt_prop_def(IntegerAttr[I64])
+    in_scale = opt_prop_def(FloatAttr)
+    in_bits = opt_prop_def(IntegerAttr[I64])
+    out_scale = opt_prop_def(FloatAttr)
+    out_bits = opt_prop_def(IntegerAttr[I64])
+    offset = opt_prop_def(FloatAttr)
+
+    def lut_config(self) -> LutConfig | None:
+        """The table configuration, or None for the float function."""
+        if self.num_tables is None:
+            return None
+        return LutConfig(
+            self.num_tables.value.data,
+            self.in_scale.value.data,
+            self.in_bits.value.data,
+            self.out_scale.value.data,
+            self.out_bits.value.data,
+            0.0 if self.offset is None else self.offset.value.data,
+        )
+
+    def set_lut_config(self, config: LutConfig) -> None:
+        self.num_tables = i64_attr(config.num_tables)
+        self.in_scale = f64_attr(config.in_scale)
+        self.in_bits = i64_attr(config.in_bits)
+        self.out_scale = f64_attr(config.out_scale)
+        self.out_bits = i64_attr(config.out_bits)
+        self.offset = f64_attr(config.offset) if config.offset else None
 
     def verify_(self) -> None:
         if not is_float(self.input.type):
@@ -213,6 +267,28 @@ class FloatUnaryOp(UnaryOp):
                 f"input must be float, got {tensor_type(self.input).element_type}; "
                 "integer forms go through hbir.lut"
             )
+        present = [getattr(self, name) is not None for name in _LUT_PROPS]
+        if any(present) and not all(present):
+            missing = [n for n, p in zip(_LUT_PROPS, present, strict=True) if not p]
+            raise VerifyException(f"table configuration lacks {', '.join(missing)}")
+        config = self.lut_config()
+        if config is None:
+            if self.offset is not None:
+                raise VerifyException("offset needs a table configuration")
+            return
+        if config.num_tables <= 0 or config.num_tables % 6:
+            raise VerifyException(
+                f"num_tables must be a positive multiple of 6, got {config.num_tables}"
+            )
+        for name, bits in (("in_bits", config.in_bits), ("out_bits", config.out_bits)):
+            if bits not in (8, 16):
+                raise VerifyException(f"{name} must be 8 or 16, got {bits}")
+        for name, scale in (
+            ("in_scale", config.in_scale),
+            ("out_scale", config.out_scale),
+        ):
+            if not scale > 0:
+                raise VerifyException(f"{name} must be positive, got {scale}")
 
 
 @irdl_op_definition
@@ -260,8 +336,8 @@ class ClipOp(UnaryOp):
 
 
 @irdl_op_definition
-class LeakyReluOp(FloatUnaryOp):
-    """``x if x >= 0 else slope * x``.
+class LeakyReluOp(UnaryOp):
+    """``x if x >= 0 else slope * x`` (float).
 
     ``%y = hbir.leaky_relu %x {slope = 0.01 : f64} : tensor<4xf32>``
     """
@@ -272,6 +348,10 @@ class LeakyReluOp(FloatUnaryOp):
 
     def __init__(self, input: Value, slope: float = 0.01):
         super().__init__(input, {"slope": f64_attr(slope)})
+
+    def verify_(self) -> None:
+        if not is_float(self.input.type):
+            raise VerifyException("leaky_relu is float only")
 
 
 @irdl_op_definition

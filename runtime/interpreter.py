@@ -141,12 +141,42 @@ def _constant(op: hbir.ConstantOp) -> tuple[np.ndarray, ...]:
 
 
 def _unary_float(fn: Callable[..., torch.Tensor]) -> Kernel:
-    """A float-only elementwise op (in fixed point these become hbir.lut)."""
+    """A float-only elementwise op (in fixed point these become hbir.lut).
 
-    def kernel(op: Operation, x: np.ndarray) -> tuple[np.ndarray, ...]:
-        return (_float_out(op, fn(_t(x))),)
+    With a table configuration (export of a quantized nonlinear op) the op computes
+    its fixed-point table on the input codes, exactly as ``pre_export`` does.
+    """
+
+    def kernel(
+        op: hbir.FloatUnaryOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+    ) -> tuple[np.ndarray, ...]:
+        config = op.lut_config()
+        if config is None:
+            return (_float_out(op, fn(_t(x))),)
+        return (_float_out(op, _t(_lut_forward(op, x, config, rounding))),)
 
     return kernel
+
+
+def _table_name(op: hbir.FloatUnaryOp) -> str:
+    name = op.name.removeprefix("hbir.")
+    if isinstance(op, hbir.GeluOp) and op.approximate.data == "tanh":
+        return "gelu_tanh"
+    return name
+
+
+def _lut_forward(op, x: np.ndarray, config, rounding: str) -> np.ndarray:
+    return numerics.lut_forward(
+        _table_name(op),
+        x,
+        config.in_scale,
+        config.in_bits,
+        config.out_scale,
+        config.out_bits,
+        config.num_tables,
+        config.offset,
+        rounding,
+    ).astype(x.dtype)
 
 
 def _elementwise(float_fn: Callable, int_fn: Callable | None) -> Kernel:
@@ -179,7 +209,12 @@ def _leaky_relu(op: hbir.LeakyReluOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     return (_float_out(op, F.leaky_relu(_t(x), op.slope.value.data)),)
 
 
-def _gelu(op: hbir.GeluOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def _gelu(
+    op: hbir.GeluOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
+    config = op.lut_config()
+    if config is not None:
+        return (_float_out(op, _t(_lut_forward(op, x, config, rounding))),)
     return (_float_out(op, F.gelu(_t(x), approximate=op.approximate.data)),)
 
 
@@ -644,6 +679,25 @@ def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         raise _error(op, f"produced {got}, expected {dtype} {shape}")
 
 
+# Kernels whose result depends on the model's rounding mode.
+_ROUNDED = {
+    qnt.ConstFakeQuantOp,
+    hbir.SigmoidOp,
+    hbir.TanhOp,
+    hbir.ExpOp,
+    hbir.LogOp,
+    hbir.SqrtOp,
+    hbir.RsqrtOp,
+    hbir.ReciprocalOp,
+    hbir.SinOp,
+    hbir.CosOp,
+    hbir.GeluOp,
+    hbir.SiluOp,
+    hbir.HardsigmoidOp,
+    hbir.HardswishOp,
+}
+
+
 def run_function(
     func_op: func.FuncOp,
     inputs: Sequence[np.ndarray],
@@ -661,8 +715,11 @@ def run_function(
         raise ValueError(f"unknown rounding mode {rounding!r}")
     kernels = KERNELS
     if rounding != numerics.HALF_EVEN:
-        fake_quant = functools.partial(_const_fake_quant, rounding=rounding)
-        kernels = {**KERNELS, qnt.ConstFakeQuantOp: fake_quant}
+        # Fake quantization and table lookups follow the model's rounding mode.
+        kernels = {
+            cls: functools.partial(k, rounding=rounding) if cls in _ROUNDED else k
+            for cls, k in KERNELS.items()
+        }
     name = func_op.sym_name.data
     if len(func_op.body.blocks) != 1:
         raise InterpreterError(f"@{name} must have exactly one block")

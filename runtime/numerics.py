@@ -8,7 +8,8 @@ agree. Conventions:
   exactly as ``torch.fake_quantize_per_tensor_affine`` does (``x * (1.0f / s)``, round,
   add the zero point, clamp); dividing by the scale instead disagrees on near-ties.
 * Rounding is half-to-even by default; ``legacy_round`` models use half-up
-  (``floor(v + 0.5)``, evaluated in float32 like the torch side does).
+  (``floor(v + 0.5)`` without rounding the addition), in fake quantization and
+  fixed point alike.
 * Integer arithmetic runs in int64 and saturates to the storage type at the end.
 * Requantization is one 64-bit product and one rounding shift:
   ``y = clamp(round(acc * multiplier / 2**shift) + zero_point, qmin, qmax)``.
@@ -17,7 +18,11 @@ agree. Conventions:
 from __future__ import annotations
 
 import enum
+import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -58,7 +63,10 @@ def round_float(v: np.ndarray, mode: str = HALF_EVEN) -> np.ndarray:
     if mode == HALF_EVEN:
         return np.rint(v)
     if mode == HALF_UP:
-        return np.floor(v + v.dtype.type(0.5))
+        # floor(v + 0.5) would round in the addition (0.49999997 + 0.5 == 1.0 in
+        # float32, and above 2**23 every sum is rounded); v - floor(v) is exact.
+        floor = np.floor(v)
+        return floor + (v - floor >= v.dtype.type(0.5))
     raise ValueError(f"unknown rounding mode {mode!r}")
 
 
@@ -143,25 +151,34 @@ def quantize(
     axis: int | None = None,
     mode: str = HALF_EVEN,
 ) -> np.ndarray:
-    """Float -> int64 codes: ``clamp(round(fl32(x * fl32(1/s))) + zp, qmin, qmax)``."""
-    x = np.asarray(x, np.float32)
+    """Float -> int64 codes: ``clamp(round(x * fl32(1/s)) + zp, qmin, qmax)``.
+
+    The product is float32 for float32 (and narrower) inputs and float64 for
+    float64 inputs (consistency level 2's exact accumulators, int32 biases).
+    """
+    x = np.asarray(x)
+    x = x.astype(np.float64 if x.dtype == np.float64 else np.float32, copy=False)
     scale = _along(np.asarray(scale, np.float32), x.ndim, axis)
     zero_point = _along(np.asarray(zero_point, np.int64), x.ndim, axis)
-    inv = (np.float32(1.0) / scale).astype(np.float32)
+    inv = (np.float32(1.0) / scale).astype(np.float32).astype(x.dtype)
     with np.errstate(over="ignore", invalid="ignore"):
-        v = round_float((x * inv).astype(np.float32), mode).astype(np.float64)
+        v = round_float((x * inv).astype(x.dtype), mode).astype(np.float64)
     v = np.clip(np.nan_to_num(v, nan=0.0) + zero_point, qmin, qmax)
     return v.astype(np.int64)
 
 
 def dequantize(
-    q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int | None = None
+    q: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    axis: int | None = None,
+    dtype=np.float32,
 ) -> np.ndarray:
-    """Codes -> float32: ``fl32((q - zp) * s)``."""
+    """Codes -> float: ``(q - zp) * s`` in ``dtype`` (float32 unless float64)."""
     q = np.asarray(q, np.int64)
-    scale = _along(np.asarray(scale, np.float32), q.ndim, axis)
+    scale = _along(np.asarray(scale, np.float32), q.ndim, axis).astype(dtype)
     zero_point = _along(np.asarray(zero_point, np.int64), q.ndim, axis)
-    return ((q - zero_point).astype(np.float32) * scale).astype(np.float32)
+    return ((q - zero_point).astype(dtype) * scale).astype(dtype)
 
 
 def fake_quant(
@@ -173,9 +190,14 @@ def fake_quant(
     axis: int | None = None,
     mode: str = HALF_EVEN,
 ) -> np.ndarray:
-    """Quantize then dequantize; equals torch's fake_quantize_per_*_affine."""
+    """Quantize then dequantize; equals torch's fake_quantize_per_*_affine.
+
+    float64 inputs stay float64 (torch's own float64 kernels dequantize in float32,
+    which is wrong above 2**24 codes; hbir.quantization does it in float64 too).
+    """
+    dtype = np.float64 if np.asarray(x).dtype == np.float64 else np.float32
     q = quantize(x, scale, zero_point, qmin, qmax, axis, mode)
-    return dequantize(q, scale, zero_point, axis)
+    return dequantize(q, scale, zero_point, axis, dtype)
 
 
 def const_fake_quant(
@@ -329,3 +351,735 @@ def yuv_to_rgb_bt601_video(
     g = (298 * c - 100 * d - 208 * e + 128) >> 8
     b = (298 * c + 516 * d + 128) >> 8
     return _clip8(r), _clip8(g), _clip8(b)
+
+
+# ----------------------------------------------------------------- lookup tables
+#
+# Nonlinear ops run as tables over integer codes. Design and measured error:
+# docs/lut-numerics.md. build_lut picks one of four kinds of table:
+#
+# * "direct"   (int8 input): 256 entries, ``table[q]`` is the correctly rounded code.
+# * "segments" (int16 input): ``num_tables`` uniform segments over the 65536 input
+#   codes, each a line ``offset + slope * (q - start)``, then one rounding shift.
+# * "periodic" (int16 sin/cos): one multiply turns the code into a phase in turns
+#   (fixed point, wrapping modulo one turn), then uniform segments over one turn.
+# * "exponent" (int16 rsqrt/sqrt/reciprocal/log): the positive code splits into a
+#   mantissa and a power of two (count leading zeros), segments over the mantissa,
+#   then the power of two becomes a shift (for log: an added multiple of ln 2).
+#
+# Domain conventions, shared by every kind and by lut_reference_codes: log and rsqrt
+# of x <= 0 are evaluated at the smallest positive input code (q = 1); sqrt of x < 0
+# is 0; reciprocal of 0 is evaluated at q = 1 and of x < 0 keeps the sign (1/x is odd).
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.exp(-np.logaddexp(0.0, -x))  # no overflow at either end
+
+
+def _relu6_over_6(x: np.ndarray) -> np.ndarray:
+    return np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+
+_GELU_TANH_K = math.sqrt(2.0 / math.pi)
+
+# float64 reference functions; the domain conventions above are applied by the
+# callers (they need the input scale). Keys are append-only: LutTable.to_arrays
+# stores an op as its index here.
+LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": lambda x: np.sqrt(np.maximum(x, 0.0)),
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "sin": np.sin,
+    "cos": np.cos,
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "gelu_tanh": lambda x: (
+        0.5 * x * (1.0 + np.tanh(_GELU_TANH_K * (x + 0.044715 * x**3)))
+    ),
+    "silu": lambda x: x * _sigmoid(x),
+    "hardsigmoid": _relu6_over_6,
+    "hardswish": lambda x: x * _relu6_over_6(x),
+}
+
+# Segments per table for int16 inputs (int8 inputs always use the exact 256-entry
+# table): the smallest multiple of 6 that meets the targets at typical scales, and
+# keeps meeting them for the next ten multiples. Targets: int8 outputs within 1 LSB
+# of the correctly rounded function (hardsigmoid/hardswish: for every input range
+# from +-3 to +-16, since their kinks fall anywhere in a segment); int16 outputs of
+# smooth ops within 2 LSB. Tuned by benchmarks/lut_error_table.py --tune; the
+# measured errors are in docs/lut-numerics.md.
+DEFAULT_NUM_TABLES: dict[str, int] = {
+    "sigmoid": 162,
+    "tanh": 450,
+    "exp": 504,
+    "log": 12,
+    "sqrt": 30,
+    "rsqrt": 48,
+    "reciprocal": 48,
+    "sin": 204,
+    "cos": 204,
+    "gelu": 162,
+    "gelu_tanh": 162,
+    "silu": 132,
+    "hardsigmoid": 66,
+    "hardswish": 18,
+}
+
+LUT_OPS = tuple(LUT_FUNCTIONS)
+LUT_KINDS = ("direct", "segments", "periodic", "exponent")
+_ROUNDINGS = (HALF_EVEN, HALF_UP)
+_PERIODIC_OPS = ("sin", "cos")
+# op -> (mantissa octaves, direction of the power-of-two shift: +1 divides by it,
+# -1 multiplies, 0 adds k * ln 2 instead); see _apply_exponent.
+_EXPONENT_OPS = {"rsqrt": (2, 1), "sqrt": (2, -1), "reciprocal": (1, 1), "log": (1, 0)}
+_MANTISSA_BITS = 15  # the mantissa of v <= 2**15 is exact in Q15
+_PHASE_BITS = 24  # phase word: turns in Q24 (the output needs more than 16 bits)
+_PHASE_EXTRA_BITS = 20  # extra bits of the turns-per-code constant (>= log2 |q|max)
+_MAX_FRAC_BITS = 32
+_MAX_NUM_TABLES = 32766  # every segment keeps at least one code or mantissa
+_INT64_HEADROOM = 1 << 62
+_INV_TWO_PI = Fraction("0.159154943091895335768883763372514362034459645740456448747667")
+
+
+def check_num_tables(num_tables: int) -> int:
+    """Validate a LUT ``num_tables`` (a positive multiple of 6) and return it.
+
+    Multiples of 6 keep the reference toolchain's convention for ``num_tables``;
+    ``build_lut`` documents what one table (segment) is for each kind.
+    """
+    if (
+        isinstance(num_tables, bool)
+        or not isinstance(num_tables, int | np.integer)
+        or num_tables <= 0
+        or num_tables % 6
+    ):
+        raise ValueError(
+            f"num_tables must be a positive multiple of 6, got {num_tables!r}"
+        )
+    return int(num_tables)
+
+
+def _lut_kind(op: str, in_bits: int, offset: float = 0.0) -> str:
+    if in_bits == 8:
+        return "direct"
+    if offset:
+        # f(x + offset) loses the scaling and periodicity the other kinds exploit.
+        return "segments"
+    if op in _PERIODIC_OPS:
+        return "periodic"
+    return "exponent" if op in _EXPONENT_OPS else "segments"
+
+
+def _f32_bits(value: float) -> int:
+    return int(np.float32(value).view(np.uint32))
+
+
+def _frozen_int64(values) -> np.ndarray:
+    array = np.array(values, np.int64).reshape(-1)
+    array.setflags(write=False)
+    return array
+
+
+def _empty() -> np.ndarray:
+    return _frozen_int64([])
+
+
+@dataclass(frozen=True, eq=False)
+class LutTable:
+    """A lookup table: everything ``apply_lut`` needs, as integers.
+
+    ``kind`` is "direct" (int8 input), "segments", "periodic" (sin/cos) or "exponent"
+    (rsqrt/sqrt/reciprocal/log); ``build_lut`` describes each. Arrays are read-only
+    int64:
+
+    * ``entries`` (direct): 256 output codes indexed by ``q + 128``.
+    * ``starts``: the first input code (segments), phase (periodic) or Q15 mantissa
+      (exponent) of each of the ``num_tables`` segments.
+    * ``offsets``, ``slopes``: segment ``i`` computes
+      ``offsets[i] + slopes[i] * (t - starts[i])`` in output codes times
+      ``2**frac_bits``, before the one rounding shift.
+    * ``phase_mult``, ``phase_shift``, ``phase_bits`` (periodic): the phase in turns
+      is ``((q * phase_mult + 2**(phase_shift-1)) >> phase_shift) mod 2**phase_bits``.
+    * ``octave_step`` (log): ``ln 2 / out_scale`` times ``2**frac_bits``.
+
+    The constructor checks shapes and ranges and that no int64 intermediate of
+    ``apply_lut`` can overflow, so a table read back by ``from_arrays`` is safe.
+    """
+
+    op: str
+    kind: str
+    in_scale: float
+    out_scale: float
+    in_bits: int
+    out_bits: int
+    num_tables: int
+    rounding: str = HALF_EVEN
+    frac_bits: int = 0
+    entries: np.ndarray = field(default_factory=_empty)
+    starts: np.ndarray = field(default_factory=_empty)
+    offsets: np.ndarray = field(default_factory=_empty)
+    slopes: np.ndarray = field(default_factory=_empty)
+    phase_mult: int = 0
+    phase_shift: int = 0
+    phase_bits: int = 0
+    octave_step: int = 0
+    offset: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("entries", "starts", "offsets", "slopes"):
+            object.__setattr__(self, name, _frozen_int64(getattr(self, name)))
+        for name in ("in_scale", "out_scale"):
+            object.__setattr__(self, name, float(np.float32(getattr(self, name))))
+        if self.op not in LUT_FUNCTIONS:
+            raise ValueError(f"unknown LUT op {self.op!r}")
+        if self.in_bits not in (8, 16) or self.out_bits not in (8, 16):
+            raise ValueError(
+                f"LUT bits must be 8 or 16, got in {self.in_bits}, out {self.out_bits}"
+            )
+        expected = _lut_kind(self.op, self.in_bits, self.offset)
+        if self.kind != expected:
+            raise ValueError(
+                f"{self.op} with {self.in_bits}-bit input is a "
+                f"{expected!r} table, not {self.kind!r}"
+            )
+        if self.rounding not in _ROUNDINGS:
+            raise ValueError(f"unknown rounding mode {self.rounding!r}")
+        check_num_tables(self.num_tables)
+        segmented = (self.starts.size, self.offsets.size, self.slopes.size)
+        if self.kind == "direct":
+            lo, hi = qrange(self.out_bits)
+            if self.entries.shape != (256,) or np.any(
+                (self.entries < lo) | (self.entries > hi)
+            ):
+                raise ValueError(f"a direct table has 256 entries in [{lo}, {hi}]")
+            if any(segmented):
+                raise ValueError("a direct table has no segments")
+            return
+        if self.entries.size:
+            raise ValueError(f"a {self.kind} table has no entries")
+        self._check_segments()
+
+    def _check_segments(self) -> None:
+        n = self.num_tables
+        if n > _MAX_NUM_TABLES:
+            raise ValueError(f"num_tables must be at most {_MAX_NUM_TABLES}, got {n}")
+        if not (self.starts.shape == self.offsets.shape == self.slopes.shape == (n,)):
+            raise ValueError(f"starts, offsets and slopes need {n} values each")
+        if not 0 <= self.frac_bits <= _MAX_FRAC_BITS:
+            raise ValueError(f"frac_bits must be in [0, {_MAX_FRAC_BITS}]")
+        if self.kind == "periodic" and not (
+            1 <= self.phase_shift
+            and 1 <= self.phase_bits <= 30
+            and self.phase_bits + self.phase_shift <= 46
+            and 0 <= self.phase_mult < 1 << (self.phase_bits + self.phase_shift)
+        ):
+            raise ValueError("periodic phase constants out of range")
+        if self.kind == "exponent" and self.frac_bits < 8:
+            raise ValueError("exponent tables need frac_bits >= 8")
+        starts, end = _segment_layout(self.kind, self.op, n, self.phase_bits)
+        if not np.array_equal(self.starts, starts):
+            raise ValueError(f"segment starts do not match num_tables = {n}")
+        ends = np.append(starts[1:], end)
+        # |offset| + |slope| * (width - 1) + 16 |octave_step| bounds every accumulator
+        # (sqrt's shift frac_bits - j stays positive: j <= 7); exact Python ints.
+        worst = max(
+            abs(a) + abs(b) * (end - start - 1)
+            for a, b, start, end in zip(
+                self.offsets.tolist(),
+                self.slopes.tolist(),
+                self.starts.tolist(),
+                ends.tolist(),
+                strict=True,
+            )
+        )
+        if worst + 16 * abs(self.octave_step) >= _INT64_HEADROOM:
+            raise ValueError("table coefficients would overflow int64 arithmetic")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LutTable):
+            return NotImplemented
+        mine, theirs = self.to_arrays(), other.to_arrays()
+        return all(np.array_equal(mine[key], theirs[key]) for key in mine)
+
+    def __hash__(self) -> int:
+        return hash(
+            (self.op, self.kind, self.in_scale, self.out_scale, self.num_tables)
+        )
+
+    def to_arrays(self) -> dict[str, np.ndarray | int]:
+        """Plain ints and int64 arrays, for storing in the IR.
+
+        ``op``, ``kind`` and ``rounding`` are indices into ``LUT_OPS``, ``LUT_KINDS``
+        and ``(HALF_EVEN, HALF_UP)``; scales are their float32 bit patterns.
+        """
+        return {
+            "op": LUT_OPS.index(self.op),
+            "kind": LUT_KINDS.index(self.kind),
+            "rounding": _ROUNDINGS.index(self.rounding),
+            "in_scale": _f32_bits(self.in_scale),
+            "out_scale": _f32_bits(self.out_scale),
+            "in_bits": self.in_bits,
+            "out_bits": self.out_bits,
+            "num_tables": self.num_tables,
+            "frac_bits": self.frac_bits,
+            "phase_mult": self.phase_mult,
+            "phase_shift": self.phase_shift,
+            "phase_bits": self.phase_bits,
+            "octave_step": self.octave_step,
+            "offset": int(np.float64(self.offset).view(np.int64)),
+            "entries": self.entries.copy(),
+            "starts": self.starts.copy(),
+            "offsets": self.offsets.copy(),
+            "slopes": self.slopes.copy(),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray | int]) -> LutTable:
+        """The inverse of ``to_arrays``; validates like the constructor."""
+        ints = {key: int(value) for key, value in arrays.items() if np.ndim(value) == 0}
+
+        def scale(key: str) -> float:
+            return float(np.uint32(ints[key]).view(np.float32))
+
+        return cls(
+            op=LUT_OPS[ints["op"]],
+            kind=LUT_KINDS[ints["kind"]],
+            in_scale=scale("in_scale"),
+            out_scale=scale("out_scale"),
+            in_bits=ints["in_bits"],
+            out_bits=ints["out_bits"],
+            num_tables=ints["num_tables"],
+            rounding=_ROUNDINGS[ints["rounding"]],
+            frac_bits=ints["frac_bits"],
+            entries=arrays["entries"],
+            starts=arrays["starts"],
+            offsets=arrays["offsets"],
+            slopes=arrays["slopes"],
+            phase_mult=ints["phase_mult"],
+            phase_shift=ints["phase_shift"],
+            phase_bits=ints["phase_bits"],
+            octave_step=ints["octave_step"],
+            offset=float(np.int64(ints.get("offset", 0)).view(np.float64)),
+        )
+
+
+def _lut_inputs(
+    op: str, q: np.ndarray, in_scale: float, offset: float = 0.0
+) -> np.ndarray:
+    """``fl32(q * s_in)`` in float64, after the domain conventions.
+
+    With an ``offset`` (layer norm's epsilon before rsqrt) the input is
+    ``max(x, 0) + offset`` for log/rsqrt/sqrt and ``x + offset`` otherwise.
+    """
+    q = np.asarray(q, np.int64)
+    if offset:
+        x = dequantize(q, np.float32(in_scale), 0).astype(np.float64)
+        if op in ("log", "rsqrt", "sqrt"):
+            x = np.maximum(x, 0.0)
+        return x + offset
+    if op in ("log", "rsqrt"):
+        q = np.maximum(q, 1)
+    elif op == "reciprocal":
+        q = np.where(q == 0, 1, q)
+    return dequantize(q, np.float32(in_scale), 0).astype(np.float64)
+
+
+def _lut_values(op: str, x: np.ndarray, out_scale: float) -> np.ndarray:
+    """``f(x) / s_out`` in float64 (unrounded output codes); refuses NaN."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        y = LUT_FUNCTIONS[op](x) / float(np.float32(out_scale))
+    if np.any(np.isnan(y)):
+        raise ValueError(f"{op} is undefined on part of its table's input range")
+    return y
+
+
+def lut_reference_codes(
+    op: str,
+    q: np.ndarray,
+    in_scale: float,
+    out_scale: float,
+    out_bits: int,
+    rounding: str = HALF_EVEN,
+    offset: float = 0.0,
+) -> np.ndarray:
+    """The correctly rounded table: ``clamp(round(f(fl32(q * s_in)) / s_out))``.
+
+    ``f`` is ``LUT_FUNCTIONS[op]`` in float64 on the dequantized input, after the
+    domain conventions (log/rsqrt of ``x <= 0`` and reciprocal of 0 at ``q = 1``).
+    Direct (int8-input) tables equal it exactly; the error of the other kinds is
+    measured against it.
+    """
+    y = _lut_values(op, _lut_inputs(op, q, in_scale, offset), out_scale)
+    lo, hi = qrange(out_bits)
+    return np.clip(round_float(y, rounding), lo, hi).astype(np.int64)
+
+
+def build_lut(
+    op: str,
+    in_scale: float,
+    in_bits: int,
+    out_scale: float,
+    out_bits: int,
+    num_tables: int | None = None,
+    rounding: str = HALF_EVEN,
+    offset: float = 0.0,
+) -> LutTable:
+    """The table that evaluates ``op`` from ``in_bits`` codes to ``out_bits`` codes.
+
+    ``offset`` tabulates ``f(x + offset)`` (layer norm folds its epsilon into
+    rsqrt); int16 tables with an offset are always "segments".
+
+    A pure function of its arguments (results are cached). Scales are taken as
+    float32; ``num_tables`` defaults to ``DEFAULT_NUM_TABLES[op]`` and must be a
+    positive multiple of 6 (at most 32766). What one table (segment) is, per kind:
+
+    * int8 input, "direct": ``entries[q + 128] = lut_reference_codes(op, q, ...)``,
+      exact by construction; ``num_tables`` is validated and recorded, unused.
+    * int16 input, "segments": ``num_tables`` uniform segments over the 65536
+      input codes; ``u = q + 32768`` lies in segment ``(u * num_tables) >> 16``.
+    * int16 sin/cos, "periodic": ``num_tables`` uniform segments over one turn of the
+      phase, whatever the input range (a table's precision does not depend on
+      ``in_scale``); segment ``(phase * num_tables) >> phase_bits``.
+    * int16 rsqrt/sqrt/reciprocal/log, "exponent": ``num_tables`` segments over the
+      mantissa. reciprocal/log: ``v = m * 2**k``, ``m`` in [1, 2), ``num_tables``
+      segments; rsqrt/sqrt: ``v = m * 4**j``, ``m`` in [1, 4), ``num_tables / 2``
+      uniform segments on each of [1, 2) and [2, 4).
+
+    Each segment is the chord through the first and last float64 function values
+    it covers (every code; for periodic tables a dense phase grid), shifted by the
+    mid-range of the residual, which is the minimax line where the function is
+    convex or concave; values are clamped half an output range beyond the output
+    range (saturation makes them equivalent). Slopes and offsets are rounded to
+    ``frac_bits`` fractional bits independently of ``rounding``, which only decides
+    ties of the final shift. The output saturates.
+    """
+    if op not in LUT_FUNCTIONS:
+        raise ValueError(f"unknown LUT op {op!r}; expected one of {', '.join(LUT_OPS)}")
+    num_tables = check_num_tables(
+        DEFAULT_NUM_TABLES[op] if num_tables is None else num_tables
+    )
+    if num_tables > _MAX_NUM_TABLES:
+        raise ValueError(
+            f"num_tables must be at most {_MAX_NUM_TABLES}, got {num_tables}"
+        )
+    if in_bits not in (8, 16) or out_bits not in (8, 16):
+        raise ValueError(f"LUT bits must be 8 or 16, got in {in_bits}, out {out_bits}")
+    if rounding not in _ROUNDINGS:
+        raise ValueError(f"unknown rounding mode {rounding!r}")
+    s_in, s_out = float(np.float32(in_scale)), float(np.float32(out_scale))
+    if not (0 < s_in < math.inf and 0 < s_out < math.inf):
+        raise ValueError(
+            f"LUT scales must be positive and finite, got {in_scale}, {out_scale}"
+        )
+    if s_in * (1 << (in_bits - 1)) > float(np.finfo(np.float32).max):
+        raise ValueError(
+            f"input scale {in_scale} overflows float32 at the extreme code"
+        )
+    return _build_lut(
+        op,
+        s_in,
+        int(in_bits),
+        s_out,
+        int(out_bits),
+        num_tables,
+        rounding,
+        float(offset),
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _build_lut(
+    op: str,
+    in_scale: float,
+    in_bits: int,
+    out_scale: float,
+    out_bits: int,
+    num_tables: int,
+    rounding: str,
+    offset: float = 0.0,
+) -> LutTable:
+    kind = _lut_kind(op, in_bits, offset)
+    head = dict(
+        op=op,
+        kind=kind,
+        in_scale=in_scale,
+        out_scale=out_scale,
+        in_bits=in_bits,
+        out_bits=out_bits,
+        num_tables=num_tables,
+        rounding=rounding,
+        offset=offset,
+    )
+    if kind == "direct":
+        codes = np.arange(-128, 128)
+        entries = lut_reference_codes(
+            op, codes, in_scale, out_scale, out_bits, rounding, offset
+        )
+        return LutTable(**head, entries=entries)
+    if kind == "segments":
+        fitted = _segments(op, in_scale, out_scale, out_bits, num_tables, offset)
+    else:
+        builder = {"periodic": _periodic, "exponent": _exponent}[kind]
+        fitted = builder(op, in_scale, out_scale, out_bits, num_tables)
+    return LutTable(**head, **fitted)
+
+
+def _segment_starts(width: int, n: int) -> np.ndarray:
+    """``ceil(i * width / n)`` for ``i < n``: the first value of each segment."""
+    return -((-np.arange(n, dtype=np.int64) * width) // n)
+
+
+def _segment_layout(
+    kind: str, op: str, n: int, phase_bits: int = _PHASE_BITS
+) -> tuple[np.ndarray, int]:
+    """Each segment's first value, and one past the last value, of the variable
+    that ``apply_lut`` segments: input code, phase or Q15 mantissa. The inverse of
+    its segment index ``(t * n) >> bits``."""
+    if kind == "segments":
+        qmin, qmax = qrange(16)
+        return qmin + _segment_starts(1 << 16, n), qmax + 1
+    if kind == "periodic":
+        return _segment_starts(1 << phase_bits, n), 1 << phase_bits
+    octaves = _EXPONENT_OPS[op][0]
+    one = 1 << _MANTISSA_BITS
+    starts = [
+        (one << o) + _segment_starts(one << o, n // octaves) for o in range(octaves)
+    ]
+    return np.concatenate(starts), one << octaves
+
+
+def _clamp_target(y: np.ndarray, out_bits: int) -> np.ndarray:
+    """Clamp unrounded output codes half an output range beyond the output range.
+
+    Saturation makes values beyond the range equivalent; the margin keeps the kink
+    that clamping adds away from codes that do not saturate.
+    """
+    lo, hi = qrange(out_bits)
+    margin = 1 << (out_bits - 1)
+    return np.clip(y, lo - margin, hi + margin)
+
+
+def _chord_slopes(d: np.ndarray, g: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per segment, the slope of the chord through its first and last samples.
+
+    With the offset centred on the residual (``_fit_segments``) this is the minimax
+    line wherever the function is convex or concave over the segment (research
+    section 2.2 c); a golden-section search for the exact minimax slope measured no
+    better on any op.
+    """
+    last = np.append(bounds[1:], d.size) - 1
+    run = (d[last] - d[bounds]).astype(np.float64)
+    return np.where(run > 0, (g[last] - g[bounds]) / np.maximum(run, 1.0), 0.0)
+
+
+def _fit_segments(
+    d: np.ndarray, g: np.ndarray, seg: np.ndarray, n: int, extra: float = 0.0
+) -> dict:
+    """Quantized near-minimax lines ``g ~ (offset + slope * d) / 2**frac_bits``.
+
+    Samples are sorted by segment ``seg`` (every segment non-empty); ``d`` is the
+    integer distance from the segment start. ``frac_bits`` is the largest (at most
+    32) that keeps the accumulator, plus ``extra`` output codes, below ``2**58``;
+    the offset is re-centred after the slope is rounded.
+    """
+    bounds = np.searchsorted(seg, np.arange(n))
+    slope = _chord_slopes(d, g, bounds)
+    span = np.maximum.reduceat(d, bounds).astype(np.float64)
+    size = np.max(np.abs(g)) + np.max(np.abs(slope) * span) + extra
+    frac_bits = min(_MAX_FRAC_BITS, 58 - math.ceil(math.log2(size + 1.0)))
+    if frac_bits < 8:
+        raise ValueError("LUT output scale is too fine for this input range")
+    one = float(1 << frac_bits)
+    slopes = np.rint(slope * one)
+    r = g - slopes[seg] * d.astype(np.float64) / one
+    centre = (np.maximum.reduceat(r, bounds) + np.minimum.reduceat(r, bounds)) / 2.0
+    return dict(
+        frac_bits=frac_bits,
+        offsets=np.rint(centre * one).astype(np.int64),
+        slopes=slopes.astype(np.int64),
+    )
+
+
+def _segments(
+    op: str, in_scale: float, out_scale: float, out_bits: int, n: int, offset=0.0
+):
+    qmin, qmax = qrange(16)
+    q = np.arange(qmin, qmax + 1, dtype=np.int64)
+    starts, _ = _segment_layout("segments", op, n)
+    seg = ((q - qmin) * n) >> 16
+    g = _clamp_target(
+        _lut_values(op, _lut_inputs(op, q, in_scale, offset), out_scale), out_bits
+    )
+    return dict(starts=starts, **_fit_segments(q - starts[seg], g, seg, n))
+
+
+def _phase_mult(in_scale: float) -> int:
+    """Turns per input code in Q(phase_bits + phase_shift), modulo one turn.
+
+    Only the fractional turns matter, because ``q`` is an integer; the exact
+    rational product keeps them for any ``in_scale``.
+    """
+    bits = _PHASE_BITS + _PHASE_EXTRA_BITS
+    return round(Fraction(in_scale) * _INV_TWO_PI * (1 << bits)) % (1 << bits)
+
+
+def _periodic(op: str, in_scale: float, out_scale: float, out_bits: int, n: int):
+    starts, end = _segment_layout("periodic", op, n)
+    widths = np.append(starts[1:], end) - starts
+    samples = max(3, min(257, (1 << 21) // n))
+    grid = np.linspace(0.0, 1.0, samples)
+    d = np.rint(grid[None, :] * (widths[:, None] - 1)).astype(np.int64)
+    seg = np.repeat(np.arange(n), samples)
+    d = d.reshape(-1)
+    turns = (starts[seg] + d) / float(1 << _PHASE_BITS)
+    g = _clamp_target(_lut_values(op, 2.0 * math.pi * turns, out_scale), out_bits)
+    return dict(
+        starts=starts,
+        phase_mult=_phase_mult(in_scale),
+        phase_shift=_PHASE_EXTRA_BITS,
+        phase_bits=_PHASE_BITS,
+        **_fit_segments(d, g, seg, n),
+    )
+
+
+def _exponent(op: str, in_scale: float, out_scale: float, out_bits: int, n: int):
+    octaves, direction = _EXPONENT_OPS[op]
+    per_octave = n // octaves
+    one = 1 << _MANTISSA_BITS
+    starts, end = _segment_layout("exponent", op, n)
+    m = np.arange(one, end, dtype=np.int64)  # every Q15 mantissa
+    octave = np.where(m >= 2 * one, 1, 0)
+    seg = octave * per_octave + (
+        ((m - (one << octave)) * per_octave) >> (_MANTISSA_BITS + octave)
+    )
+    # the table holds f(m * s_in) / s_out; v = m * 2**e gives f(v * s_in) / s_out
+    # as that times 2**(-direction * e / octaves), or plus k * ln 2 / s_out for log
+    g = _lut_values(op, (m / float(one)) * in_scale, out_scale)
+    extra = 0.0
+    if direction:
+        # Scaling every value down to where the smallest output is still twice the
+        # output range changes no output code: all of them saturate either way.
+        e_max = 15 - 15 % octaves
+        smallest = np.min(np.abs(g)) * 2.0 ** (-max(0, direction * e_max // octaves))
+        if smallest > 1 << out_bits:
+            g = g * ((1 << out_bits) / smallest)
+    else:
+        extra = 16 * math.log(2.0) / out_scale
+    fit = _fit_segments(m - starts[seg], g, seg, n, extra)
+    step = round(math.log(2.0) / out_scale * (1 << fit["frac_bits"])) if extra else 0
+    return dict(starts=starts, octave_step=step, **fit)
+
+
+def _floor_log2(v: np.ndarray) -> np.ndarray:
+    """``floor(log2(v))`` for integers ``1 <= v < 2**16``: binary search on shifts."""
+    k = np.zeros_like(v)
+    for bits in (8, 4, 2, 1):
+        k = k + bits * ((v >> (k + bits)) > 0)
+    return k
+
+
+def apply_lut(table: LutTable, q: np.ndarray) -> np.ndarray:
+    """Evaluate ``table`` on input codes ``q``: int64 in, int64 out, integers only.
+
+    The semantics, with ``A, B, T = offsets, slopes, starts``, ``N = num_tables``,
+    ``F = frac_bits`` and ``round(x / 2**n)`` = ``shift_round(x, n, rounding)``:
+
+    * direct: ``y = entries[q + 128]``.
+    * segments: ``s = ((q + 32768) * N) >> 16``,
+      ``y = round((A[s] + B[s] * (q - T[s])) / 2**F)``.
+    * periodic: ``p = ((q * phase_mult + 2**(S-1)) >> S) & (2**PB - 1)`` with
+      ``S, PB = phase_shift, phase_bits``; ``s = (p * N) >> PB``,
+      ``y = round((A[s] + B[s] * (p - T[s])) / 2**F)``.
+    * exponent: ``v = max(q, 1)`` (reciprocal: ``|q|``, 1 at ``q = 0``);
+      ``k = floor(log2 v)``; ``O = 2`` octaves for rsqrt/sqrt, else 1;
+      ``e = k - k % O``, ``o = k - e``; Q15 mantissa ``m = v << (15 - e)``;
+      ``s = o*N/O + (((m - 2**(15+o)) * N/O) >> (15 + o))``;
+      ``acc = A[s] + B[s] * (m - T[s]) + k * octave_step``, negated for
+      reciprocal of ``q < 0``; ``y = round(acc / 2**(F + D * e / O))`` with
+      ``D`` = 1 for rsqrt/reciprocal, -1 for sqrt, 0 for log; sqrt of ``q <= 0``
+      is 0.
+
+    then ``y`` saturates to the ``out_bits`` range. Codes outside the ``in_bits``
+    range are an error. Every intermediate fits int64 (``LutTable`` checks it).
+    """
+    q = np.asarray(q)
+    if not np.issubdtype(q.dtype, np.integer):
+        raise TypeError(f"apply_lut takes integer codes, got {q.dtype}")
+    q = q.astype(np.int64)
+    qmin, qmax = qrange(table.in_bits)
+    if q.size and (q.min() < qmin or q.max() > qmax):
+        raise ValueError(f"input codes must lie in [{qmin}, {qmax}]")
+    if table.kind == "direct":
+        return table.entries[q - qmin]
+    n, starts = table.num_tables, table.starts
+    shift: int | np.ndarray = table.frac_bits
+    if table.kind == "segments":
+        seg = ((q - qmin) * n) >> table.in_bits
+        acc = table.offsets[seg] + table.slopes[seg] * (q - starts[seg])
+    elif table.kind == "periodic":
+        bias = 1 << (table.phase_shift - 1)
+        phase = ((q * table.phase_mult + bias) >> table.phase_shift) & (
+            (1 << table.phase_bits) - 1
+        )
+        seg = (phase * n) >> table.phase_bits
+        acc = table.offsets[seg] + table.slopes[seg] * (phase - starts[seg])
+    else:
+        acc, shift = _apply_exponent(table, q)
+    lo, hi = qrange(table.out_bits)
+    y = np.clip(shift_round(acc, shift, table.rounding), lo, hi)
+    if table.op == "sqrt":
+        y = np.where(q > 0, y, 0)
+    return y
+
+
+def _apply_exponent(table: LutTable, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The accumulator and right shift of an exponent table (before rounding)."""
+    octaves, direction = _EXPONENT_OPS[table.op]
+    per_octave = table.num_tables // octaves
+    v = np.where(q == 0, 1, np.abs(q)) if table.op == "reciprocal" else np.maximum(q, 1)
+    k = _floor_log2(v)
+    e = k - k % octaves  # v = m * 2**e with m in [1, 2**octaves)
+    octave = k - e
+    m = v << (_MANTISSA_BITS - e)
+    seg = octave * per_octave + (
+        ((m - (1 << (_MANTISSA_BITS + octave))) * per_octave)
+        >> (_MANTISSA_BITS + octave)
+    )
+    acc = table.offsets[seg] + table.slopes[seg] * (m - table.starts[seg])
+    acc = acc + k * table.octave_step
+    if table.op == "reciprocal":
+        acc = np.where(q < 0, -acc, acc)
+    return acc, table.frac_bits + direction * (e // octaves)
+
+
+def lut_forward(
+    op: str,
+    x: np.ndarray,
+    in_scale: float,
+    in_bits: int,
+    out_scale: float,
+    out_bits: int,
+    num_tables: int | None = None,
+    offset: float = 0.0,
+    rounding: str = HALF_EVEN,
+) -> np.ndarray:
+    """A float tensor through a table: quantize, ``apply_lut``, dequantize (float32).
+
+    The one definition of a LUT op between fake quantizations, shared by
+    ``pre_export`` (torch) and the interpreter (``qat.bc``): the input is quantized
+    exactly as fake quantization does (symmetric, ``rounding``), so on the producer's
+    grid it recovers the producer's codes.
+    """
+    table = build_lut(
+        op, in_scale, in_bits, out_scale, out_bits, num_tables, rounding, offset
+    )
+    qmin, qmax = qrange(in_bits)
+    q = quantize(x, np.float32(in_scale), 0, qmin, qmax, mode=rounding)
+    return dequantize(apply_lut(table, q), np.float32(out_scale), 0)

@@ -4,7 +4,8 @@ Half-to-even (default) calls ``torch.fake_quantize_per_tensor_affine`` /
 ``torch.fake_quantize_per_channel_affine``, so it is bit-identical to torch by
 construction: ``clamp(rint(fl32(x * fl32(1/s))) + zp, qmin, qmax) - zp) * s``, which is
 ``hbir.runtime.numerics.fake_quant``. The legacy half-up mode computes
-``floor(x * fl32(1/s) + 0.5)`` in the input's dtype, and float64 inputs (the exact
+``floor(x * fl32(1/s) + 0.5)`` (computed without rounding the addition) in the
+input's dtype, and float64 inputs (the exact
 accumulators of consistency level 2, int32 biases) round and dequantize in float64.
 All pass gradients where the rounded code lies inside ``[qmin, qmax]`` and block them
 elsewhere.
@@ -59,6 +60,12 @@ def _along(values: torch.Tensor, x: torch.Tensor, ch_axis: int) -> torch.Tensor:
     return values.reshape(shape)
 
 
+def _round_half_up(v: torch.Tensor) -> torch.Tensor:
+    """``floor(v + 0.5)`` without rounding in the addition (as numerics.round_float)."""
+    floor = torch.floor(v)
+    return floor + (v - floor >= 0.5).to(v.dtype)
+
+
 class _ReferenceFakeQuantize(torch.autograd.Function):
     """``round(x * fl32(1/s)) + zp``, clamp, dequantize, all in the input's dtype.
 
@@ -71,9 +78,8 @@ class _ReferenceFakeQuantize(torch.autograd.Function):
         inv = _along(1.0 / scale.float(), x, ch_axis).to(x.dtype)
         zp = _along(zero_point, x, ch_axis).to(x.dtype)
         v = x * inv
-        code = (
-            torch.floor(v + 0.5) if mode == numerics.HALF_UP else torch.round(v)
-        ) + zp
+        code = _round_half_up(v) if mode == numerics.HALF_UP else torch.round(v)
+        code = code + zp
         inside = (code >= quant_min) & (code <= quant_max)
         ctx.save_for_backward(inside)
         s = _along(scale.float(), x, ch_axis).to(x.dtype)

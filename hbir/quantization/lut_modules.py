@@ -25,30 +25,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hbir.dialects.hbir import LutConfig
 from hbir.quantization.dtypes import qint16
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.observers import FixedScaleObserver
 from hbir.quantization.qat_modules import QATModule
 from hbir.quantization.qconfig import QConfig
+from hbir.quantization.rounding import get_round_mode
 from hbir.runtime import numerics
 
-# Mirrors numerics.DEFAULT_NUM_TABLES of the table builder (measured there by
-# benchmarks/lut_error_table.py).
-DEFAULT_NUM_TABLES = {
-    "sigmoid": 192,
-    "tanh": 192,
-    "exp": 384,
-    "log": 96,
-    "sqrt": 96,
-    "rsqrt": 96,
-    "reciprocal": 96,
-    "sin": 192,
-    "cos": 192,
-    "gelu": 192,
-    "silu": 192,
-    "hardsigmoid": 96,
-    "hardswish": 96,
-}
+# One definition of the defaults: the measured tables of runtime/numerics.py.
+DEFAULT_NUM_TABLES = numerics.DEFAULT_NUM_TABLES
 
 # Inputs below these count as 0 (quantized inputs never are: they are 0 or >= one
 # scale). Without an input scale f(floor) saturates any int16 output; f'(floor) and
@@ -100,12 +87,65 @@ class LutModule(QATModule):
             return fake_quants[0].scale
         return default
 
+    # Set by ``pre_export``: compute the fixed-point table instead of the function.
+    pre_exported: bool = False
+    # After pre_export, False falls back to the float function (for diagnosis).
+    quantized_forward: bool = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
+        if self.pre_exported and self.quantized_forward:
+            config = self.table_config()
+            if config is not None:
+                return self.activation_post_process(self._table_forward(x, config))
         return self.activation_post_process(self.function(x))
 
+    def table_name(self) -> str:
+        """The name of this op's table in ``numerics.LUT_FUNCTIONS``."""
+        return self.op
+
+    def table_config(self) -> LutConfig | None:
+        """The table the input and output fake quants define, if both are on.
+
+        Needs per-tensor symmetric quantization on both sides; otherwise the module
+        has no table and keeps its float function.
+        """
+        producers = self.input_fake_quants()
+        fq_in = producers[0] if producers else None
+        fq_out = self.activation_post_process
+        for fq in (fq_in, fq_out):
+            if fq is None or not bool(fq.fake_quant_enabled[0]):
+                return None
+            if fq.ch_axis >= 0 or int(fq.zero_point.abs().max()) != 0:
+                return None
+        return LutConfig(
+            num_tables=self.num_tables,
+            in_scale=float(fq_in.scale[0]),
+            in_bits=fq_in.dtype.bits,
+            out_scale=float(fq_out.scale[0]),
+            out_bits=fq_out.dtype.bits,
+            offset=float(getattr(self, "eps", 0.0)),
+        )
+
+    def _table_forward(self, x: torch.Tensor, config: LutConfig) -> torch.Tensor:
+        y = numerics.lut_forward(
+            self.table_name(),
+            x.detach().cpu().numpy(),
+            config.in_scale,
+            config.in_bits,
+            config.out_scale,
+            config.out_bits,
+            config.num_tables,
+            config.offset,
+            get_round_mode(),
+        )
+        return torch.from_numpy(y).to(x.dtype)
+
     def extra_repr(self) -> str:
-        return f"num_tables={self.num_tables}"
+        text = f"num_tables={self.num_tables}"
+        if self.pre_exported:
+            text += f", quantized_forward={self.quantized_forward}"
+        return text
 
 
 class Sigmoid(LutModule):
@@ -225,6 +265,9 @@ class GELU(LutModule):
 
     def function(self, x):
         return F.gelu(x, approximate=self.approximate)
+
+    def table_name(self) -> str:
+        return "gelu_tanh" if self.approximate == "tanh" else "gelu"
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", approximate={self.approximate!r}"

@@ -1,10 +1,10 @@
 """The global rounding mode of fake quantization.
 
 Half-to-even is the default and is what ``torch.fake_quantize_per_*_affine`` computes.
-Half-up (``floor(x * fl32(1/s) + 0.5)``) is the legacy mode of older deployments;
-export reads :func:`is_legacy_round` to mark the module ``legacy_round``. Loading a
-``FakeQuantize`` state dict saved before version 2 switches to the legacy mode, as the
-reference toolchain does.
+Half-up (``floor(x * fl32(1/s) + 0.5)``, the addition exact) is the legacy mode of
+older deployments; export reads :func:`is_legacy_round` to mark the module
+``legacy_round``. Loading a ``FakeQuantize`` state dict saved before version 2
+switches to the legacy mode, as the reference toolchain does.
 """
 
 from __future__ import annotations

@@ -364,3 +364,23 @@ def test_bt601_round_trip(kind, tolerance):
     errors = [np.abs(a - b) for a, b in zip(back, rgb, strict=True)]
     assert max(e.max() for e in errors) == tolerance
     assert all(p.dtype == np.int64 and p.min() >= 0 and p.max() <= 255 for p in back)
+
+
+# ---------------------------------------------------------------- half-up, float64
+
+
+def test_half_up_does_not_round_in_the_addition():
+    # floor(v + 0.5) in float32 turns 0.49999997 into 1 and 2**23 + 1 into 2**23 + 2.
+    v = np.array([0.49999997, 8388609.0, -0.5, 2.5, -2.5, 1.5], np.float32)
+    got = numerics.round_float(v, numerics.HALF_UP)
+    want = [math.floor(Fraction(float(x)) + Fraction(1, 2)) for x in v]
+    assert got.tolist() == want
+
+
+def test_float64_fake_quant_stays_float64_and_exact_for_32_bit_codes():
+    scale = np.float32(2.0**-10)
+    codes = np.array([2**24 + 1, -(2**30) + 3, 12345678], np.int64)
+    x = codes.astype(np.float64) * float(scale)
+    y = numerics.fake_quant(x, scale, 0, -(2**31), 2**31 - 1)
+    assert y.dtype == np.float64
+    assert np.array_equal(y, x)  # on-grid values come back exactly

@@ -1,0 +1,427 @@
+"""``export``: a prepared model (``qat.pt``) to HBIR (``qat.bc``).
+
+The importer is one dispatch loop over the fx graph of the prepared model plus the
+rule tables of ``export_rules.py`` ({module class / function / method name: builder}),
+the structure of torch-mlir's fx importer. Each builder emits exactly the torch
+computations of the module's forward, in the same order and precision, so the
+interpreter (which runs the same torch kernels) reproduces ``pre_export(model)``
+bit for bit.
+
+Every emitted op carries a location ``loc("<module path>|<torch op>#<call index>"(
+"<user file>":<line>:0))`` naming its torch origin, shown by
+``get_asm(enable_debug_info=True)``.
+
+A graph that is not a prepared model (a plain float ``nn.Module``) is traced with
+torch.fx and exported as float ops, with a loud warning: it has no fake quantization
+to convert.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx, nn
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    FileLineColLoc,
+    FunctionType,
+    IntAttr,
+    IntegerAttr,
+    ModuleOp,
+    NameLoc,
+    StringAttr,
+    TensorType,
+    UnknownLoc,
+    f32,
+    f64,
+    i64,
+)
+from xdsl.ir import Block, Operation, Region, SSAValue
+
+import hbir
+from hbir import diagnostics
+from hbir.dialects import hbir as hb
+from hbir.dialects import qnt
+from hbir.module import (
+    ATTR_ARG_NAME,
+    ATTR_CONSISTENCY_LEVEL,
+    ATTR_FUSE_REQUANTIZE,
+    ATTR_HIGH_PRECISION_QPP,
+    ATTR_LEGACY_ROUND,
+)
+from hbir.quantization.fake_quantize import FakeQuantize
+from hbir.quantization.pre_export import PreExportError, check_frozen
+from hbir.quantization.rounding import is_legacy_round
+from hbir.quantization.tracing import HbirTracer, user_frame
+
+_TORCH_TO_IR = {torch.float32: f32, torch.float64: f64}
+
+
+class ExportError(hbir.HbirError):
+    """Ops export cannot translate; the message lists every one with its source line."""
+
+
+class Unsupported(Exception):
+    """Raised by a builder for a variant of a known op it cannot translate."""
+
+
+def _ir_float(dtype: torch.dtype):
+    if dtype not in _TORCH_TO_IR:
+        raise Unsupported(f"tensors of dtype {dtype} (float32 and float64 only)")
+    return _TORCH_TO_IR[dtype]
+
+
+class Exporter:
+    """State of one export: the fx graph, recorded values, the block being built."""
+
+    def __init__(self, gm: fx.GraphModule, recorded: dict[fx.Node, Any]):
+        self.gm = gm
+        self.modules = dict(gm.named_modules())
+        self.recorded = recorded
+        self.values: dict[fx.Node, Any] = {}
+        self.block: Block | None = None
+        self.node: fx.Node | None = None
+        self._calls: Counter[str] = Counter()
+        self._location = UnknownLoc()
+        self.fake_quant_count = 0
+
+    # ---- emission
+    def emit(self, op: Operation) -> SSAValue | tuple[SSAValue, ...]:
+        """Append ``op`` at the current node's location; return its result(s)."""
+        op.location = self._location
+        self.block.add_op(op)
+        return op.results[0] if len(op.results) == 1 else tuple(op.results)
+
+    def constant(self, array: np.ndarray | torch.Tensor) -> SSAValue:
+        if isinstance(array, torch.Tensor):
+            array = array.detach().cpu().numpy()
+        array = np.ascontiguousarray(array)
+        element = {np.dtype(np.float32): f32, np.dtype(np.float64): f64}.get(
+            array.dtype
+        )
+        if element is None:
+            raise Unsupported(f"a constant of dtype {array.dtype}")
+        t = TensorType(element, list(array.shape))
+        return self.emit(
+            hb.ConstantOp(DenseIntOrFPElementsAttr(t, BytesAttr(array.tobytes())))
+        )
+
+    def fake_quant(self, value: SSAValue, fq: FakeQuantize | None) -> SSAValue:
+        """``qnt.const_fake_quant`` for an enabled FakeQuantize (else the value)."""
+        if fq is None or not bool(fq.fake_quant_enabled[0]):
+            return value
+        scale = fq.scale.detach().double().numpy()
+        if np.any(scale == 1.0) and fq.ch_axis < 0:
+            warnings.warn(
+                f"{self._where()}: fake quant scale is still 1.0: feature statistics "
+                "may not have been gathered (calibrate before export)",
+                stacklevel=3,
+            )
+        zero = fq.zero_point.detach().double().numpy()
+        return self.fake_quant_raw(
+            value, scale, zero, int(fq.quant_min), int(fq.quant_max), fq.ch_axis
+        )
+
+    def fake_quant_raw(
+        self, value: SSAValue, scale, zero, qmin: int, qmax: int, ch_axis: int
+    ) -> SSAValue:
+        """``qnt.const_fake_quant`` over ``[s * (qmin - zp), s * (qmax - zp)]``.
+
+        The float64 products are exact, so convert recovers the float32 scale.
+        """
+        bits = int(qmax - qmin).bit_length()
+        self.fake_quant_count += 1
+        axis = ch_axis if ch_axis >= 0 else None
+        return self.emit(
+            qnt.ConstFakeQuantOp(
+                value,
+                list(scale * (qmin - zero)),
+                list(scale * (qmax - zero)),
+                bits=bits,
+                narrow_range=qmin + qmax == 0,
+                axis=axis,
+            )
+        )
+
+    def cast(self, value: SSAValue, dtype: torch.dtype) -> SSAValue:
+        element = _ir_float(dtype)
+        if hb.tensor_type(value).element_type == element:
+            return value
+        return self.emit(hb.CastOp(value, element))
+
+    def tensor(self, arg: Any, like: SSAValue | None = None) -> SSAValue:
+        """An IR value for a graph argument: a node's value or a Python number."""
+        if isinstance(arg, fx.Node):
+            value = self.values[arg]
+            if not isinstance(value, SSAValue):
+                raise Unsupported(f"argument {arg.name} is not a tensor")
+            return value
+        if isinstance(arg, int | float) and not isinstance(arg, bool):
+            dtype = (
+                np.float64
+                if like is not None and self.dtype(like) == torch.float64
+                else np.float32
+            )
+            return self.constant(np.asarray(arg, dtype))
+        raise Unsupported(f"argument {arg!r}")
+
+    def tensor_of(self, v, like) -> SSAValue:
+        """An IR value or a Python number (as a rank-0 constant of ``like``'s type)."""
+        if isinstance(v, SSAValue):
+            return v
+        if _is_number_value(v):
+            dtype = np.float64 if self.dtype(like) == torch.float64 else np.float32
+            return self.constant(np.asarray(v, dtype))
+        raise Unsupported(f"argument {v!r}")
+
+    def dtype(self, value: SSAValue) -> torch.dtype:
+        element = hb.tensor_type(value).element_type
+        return {f32: torch.float32, f64: torch.float64}.get(element, torch.float32)
+
+    def recorded_shape(self, node: fx.Node | None = None) -> tuple[int, ...]:
+        value = self.recorded[node or self.node]
+        return tuple(value.shape)
+
+    # ---- locations
+    def _where(self) -> str:
+        frame = user_frame(self.node.meta.get("stack_trace")) if self.node else None
+        return frame.split(": ", 1)[0] if frame else f"node {self.node.name}"
+
+    def _set_location(self, node: fx.Node, what: str) -> None:
+        path = node.target if node.op == "call_module" else node.name
+        key = f"{path}|{what}"
+        index = self._calls[key]
+        self._calls[key] += 1
+        inner = UnknownLoc()
+        frame = user_frame(node.meta.get("stack_trace"))
+        if frame:
+            file, line = frame.split(": ", 1)[0].rsplit(":", 1)
+            inner = FileLineColLoc(StringAttr(file), IntAttr(int(line)), IntAttr(0))
+        self._location = NameLoc(StringAttr(f"{key}#{index}"), inner)
+
+    # ---- the dispatch loop
+    def run(self, name: str, input_names, output_names) -> ModuleOp:
+        from hbir.quantization import export_rules as rules
+
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        arg_types = []
+        for node in placeholders:
+            value = self.recorded[node]
+            if not isinstance(value, torch.Tensor):
+                raise ExportError(
+                    f"input {node.name} is not a tensor ({type(value).__name__})"
+                )
+            arg_types.append(TensorType(_ir_float(value.dtype), list(value.shape)))
+        self.block = Block(arg_types=arg_types)
+        for node, arg in zip(placeholders, self.block.args, strict=True):
+            self.values[node] = arg
+
+        problems: list[str] = []
+        outputs: list[SSAValue] = []
+        for node in self.gm.graph.nodes:
+            self.node = node
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                if not problems:
+                    outputs = self._outputs(node.args[0])
+                continue
+            if node.op == "get_attr":
+                self.values[node] = self._get_attr(node)
+                continue
+            if not _is_tensor_node(self.recorded.get(node)):
+                # Shapes, sizes, Python numbers: evaluated on the example inputs.
+                self.values[node] = self.recorded.get(node)
+                continue
+            builder, what = rules.find(node, self.modules)
+            if builder is None:
+                problems.append(_problem(node, f"unsupported op {what}"))
+                self.values[node] = None
+                continue
+            self._set_location(node, what)
+            try:
+                self.values[node] = builder(self, node)
+            except Unsupported as e:
+                problems.append(_problem(node, f"{what}: {e}"))
+                self.values[node] = None
+            except KeyError as e:
+                problems.append(
+                    _problem(node, f"{what}: depends on an unsupported op ({e})")
+                )
+                self.values[node] = None
+        if problems:
+            raise ExportError(
+                f"export found {len(problems)} unsupported op(s):\n"
+                + "\n".join(problems)
+            )
+        return self._module(name, outputs, input_names, output_names)
+
+    def _get_attr(self, node: fx.Node):
+        value = self.gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if isinstance(value, torch.Tensor):
+            self._set_location(node, "get_attr")
+            return self.constant(value)
+        return value
+
+    def _outputs(self, arg) -> list[SSAValue]:
+        flat: list[SSAValue] = []
+
+        def walk(a):
+            if isinstance(a, fx.Node):
+                v = self.values[a]
+                if isinstance(v, tuple | list):
+                    for x in v:
+                        walk_value(x)
+                else:
+                    walk_value(v)
+            elif isinstance(a, list | tuple):
+                for x in a:
+                    walk(x)
+            elif isinstance(a, dict):
+                for key in a:
+                    walk(a[key])
+            else:
+                raise ExportError(f"model output {a!r} is not a tensor")
+
+        def walk_value(v):
+            if not isinstance(v, SSAValue):
+                raise ExportError(f"model output {v!r} is not a tensor")
+            flat.append(v)
+
+        walk(arg)
+        return flat
+
+    def _module(self, name, outputs, input_names, output_names) -> ModuleOp:
+        self._location = UnknownLoc()
+        self.block.add_op(func.ReturnOp(*outputs))
+        in_names = _names(input_names, len(self.block.args), "input")
+        out_names = _names(output_names, len(outputs), "output")
+        ftype = FunctionType.from_lists(
+            [a.type for a in self.block.args], [o.type for o in outputs]
+        )
+        f = func.FuncOp(
+            name,
+            ftype,
+            Region(self.block),
+            arg_attrs=_name_attrs(in_names, "input"),
+            res_attrs=_name_attrs(out_names, "output"),
+        )
+        return ModuleOp([f])
+
+
+def _is_number_value(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _is_tensor_node(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, list | tuple) and any(
+        isinstance(v, torch.Tensor) for v in value
+    )
+
+
+def _problem(node: fx.Node, message: str) -> str:
+    frame = user_frame(node.meta.get("stack_trace")) or f"(graph node {node.name})"
+    return f"  {frame}\n    {message}"
+
+
+def _names(names: Sequence[str] | None, count: int, kind: str) -> list[str]:
+    if names is None:
+        return [f"_{kind}_{i}" for i in range(count)]
+    names = list(names)
+    if len(names) != count:
+        raise ExportError(f"{kind}_names has {len(names)} names for {count} {kind}s")
+    if len(set(names)) != len(names):
+        raise ExportError(f"{kind}_names repeats a name: {names}")
+    return names
+
+
+def _name_attrs(names: list[str], kind: str):
+    from xdsl.dialects.builtin import ArrayAttr
+
+    if all(n == f"_{kind}_{i}" for i, n in enumerate(names)):
+        return None
+    return ArrayAttr([DictionaryAttr({ATTR_ARG_NAME: StringAttr(n)}) for n in names])
+
+
+class _Recorder(fx.Interpreter):
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.values: dict[fx.Node, Any] = {}
+
+    def run_node(self, n: fx.Node):
+        result = super().run_node(n)
+        self.values[n] = result
+        return result
+
+
+def _flatten_inputs(example_inputs) -> tuple:
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    return tuple(example_inputs)
+
+
+def export(
+    model: nn.Module,
+    example_inputs,
+    name: str = "forward",
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+) -> hbir.Module:
+    """Translate a prepared (QAT) model into an ``hbir.Module`` (``qat.bc``).
+
+    The model must be in eval mode with observers disabled
+    (``FakeQuantState.VALIDATION``).
+    Inputs and outputs (tensors, or tuples/lists/dicts of them) flatten to
+    ``_input_N`` / ``_output_N`` unless names are given.
+    """
+    inputs = _flatten_inputs(example_inputs)
+    if isinstance(model, fx.GraphModule):
+        gm = model
+    else:
+        gm = fx.GraphModule(model, HbirTracer().trace(model))
+    try:
+        check_frozen(gm, "export")
+    except PreExportError as e:
+        raise ExportError(str(e)) from None
+    recorder = _Recorder(gm)
+    with torch.no_grad():
+        recorder.run(*inputs)
+    exporter = Exporter(gm, recorder.values)
+    with torch.no_grad():
+        module_op = exporter.run(name, input_names, output_names)
+    if exporter.fake_quant_count == 0:
+        warnings.warn(
+            "export: the model has no enabled fake quantization: this is a float model "
+            "(prepare it, calibrate and set FakeQuantState.VALIDATION to get a qat.bc "
+            "that convert can turn into fixed point)",
+            UserWarning,
+            stacklevel=2,
+        )
+    level = getattr(model, "_consistency_level", None)
+    attrs = {
+        ATTR_LEGACY_ROUND: BoolAttr.from_bool(is_legacy_round()),
+        ATTR_HIGH_PRECISION_QPP: BoolAttr.from_bool(
+            bool(getattr(model, "_high_precision_qpp", False))
+        ),
+        ATTR_FUSE_REQUANTIZE: BoolAttr.from_bool(
+            bool(getattr(model, "_fuse_requantize", True))
+        ),
+    }
+    if level is not None:
+        attrs[ATTR_CONSISTENCY_LEVEL] = IntegerAttr(level, i64)
+    module_op.attributes.update(attrs)
+    diagnostics.verify(module_op, filename=f"export of {type(model).__name__}")
+    return hbir.Module(module_op)

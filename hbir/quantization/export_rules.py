@@ -1,0 +1,629 @@
+"""The importer's rule tables: {module class | torch function | Tensor method: builder}.
+
+A builder ``(exporter, node) -> value`` emits the IR of one graph node. Builders of
+QAT modules mirror the module's ``forward`` step by step (input fake quants, weight
+fake quant, the float op in the forward's precision, fused activation, output fake
+quant, cast back), so the interpreter reproduces the torch forward bit for bit.
+Data-movement builders read the shape each node produced on the example inputs.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from hbir.dialects import hbir as hb
+from hbir.quantization import lut_modules as lut
+from hbir.quantization import qat_modules as qat
+from hbir.quantization import stubs
+from hbir.quantization.dtypes import qint32
+from hbir.quantization.export import Exporter, Unsupported
+
+Builder = Callable[[Exporter, fx.Node], object]
+
+INF = float("inf")
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _arg(node: fx.Node, index: int, name: str, default=None):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _module(ex: Exporter, node: fx.Node) -> nn.Module:
+    return ex.modules[node.target]
+
+
+# ----------------------------------------------------------------- QAT plumbing
+
+
+def _inputs(ex: Exporter, mod: nn.Module, values: list) -> list:
+    """Apply the module's own input fake quants (when its qconfig has them)."""
+    fqs = getattr(mod, "input_fake_quant", None)
+    if fqs is None:
+        return values
+    it = iter(fqs)
+    return [ex.fake_quant(v, next(it)) if not _is_number(v) else v for v in values]
+
+
+def _output(ex: Exporter, mod: nn.Module, y, dtype: torch.dtype | None = None):
+    """The module's output fake quant, then back to the input precision."""
+    y = ex.fake_quant(y, getattr(mod, "activation_post_process", None))
+    return y if dtype is None else ex.cast(y, dtype)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _activation(ex: Exporter, y, kind: str | None):
+    if kind is None:
+        return y
+    if kind == "relu":
+        return ex.emit(hb.ReluOp(y))
+    if kind == "relu6":
+        return ex.emit(hb.ClipOp(y, 0.0, 6.0))
+    raise Unsupported(f"fused activation {kind!r}")
+
+
+def _weight(ex: Exporter, mod: nn.Module):
+    w = ex.constant(mod.weight)
+    return ex.fake_quant(w, getattr(mod, "weight_fake_quant", None))
+
+
+def _bias(ex: Exporter, mod: nn.Module, exact: bool):
+    """The float bias, or in exact mode the float64 bias on the int32 grid s_in*s_w."""
+    if mod.bias is None:
+        return None
+    if not exact:
+        return ex.constant(mod.bias)
+    b = ex.constant(mod.bias.detach().double())
+    fq_in = mod.input_fake_quants()[0] if mod.input_fake_quants() else None
+    fq_w = mod.weight_fake_quant
+    if fq_in is None or not (
+        fq_in.fake_quant_enabled[0] and fq_w.fake_quant_enabled[0]
+    ):
+        return b
+    scale = (fq_in.scale * mod._bias_scale()).float().double().numpy()
+    zero = np.zeros_like(scale)
+    return ex.fake_quant_raw(b, scale, zero, qint32.min, qint32.max, 0)
+
+
+def _weight_layer(op_builder):
+    def build(ex: Exporter, node: fx.Node):
+        mod = _module(ex, node)
+        x = ex.tensor(node.args[0])
+        dtype = ex.dtype(x)
+        (x,) = _inputs(ex, mod, [x])
+        w = _weight(ex, mod)
+        exact = bool(getattr(mod, "exact", False))
+        b = _bias(ex, mod, exact)
+        if exact:
+            x, w = ex.cast(x, torch.float64), ex.cast(w, torch.float64)
+        if getattr(mod, "padding_mode", "zeros") != "zeros":
+            raise Unsupported(f"padding_mode={mod.padding_mode!r}")
+        y = ex.emit(op_builder(mod, x, w, b))
+        y = _activation(ex, y, getattr(mod, "fused_relu", None))
+        if not isinstance(mod, qat.QATModule):
+            return y
+        return _output(ex, mod, y, dtype)
+
+    return build
+
+
+def _conv2d(mod, x, w, b):
+    if isinstance(mod.padding, str):
+        raise Unsupported(f"padding={mod.padding!r} (use explicit padding)")
+    return hb.Conv2dOp(
+        x, w, b, _pair(mod.stride), _pair(mod.padding), _pair(mod.dilation), mod.groups
+    )
+
+
+def _conv_transpose2d(mod, x, w, b):
+    return hb.ConvTranspose2dOp(
+        x,
+        w,
+        b,
+        _pair(mod.stride),
+        _pair(mod.padding),
+        _pair(mod.output_padding),
+        _pair(mod.dilation),
+        mod.groups,
+    )
+
+
+def _linear(mod, x, w, b):
+    return hb.LinearOp(x, w, b)
+
+
+def _affine(ex: Exporter, node: fx.Node):
+    mod = _module(ex, node)
+    (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+    shape = tuple(torch.empty(mod.weight.shape).reshape(mod.view_shape).shape)
+    w = ex.emit(hb.ReshapeOp(_weight(ex, mod), shape))
+    y = ex.emit(hb.MulOp(x, w))
+    if mod.bias is not None:
+        y = ex.emit(hb.AddOp(y, ex.constant(mod.bias.detach().reshape(shape))))
+    return _output(ex, mod, y)
+
+
+# ----------------------------------------------------------------- pooling
+
+
+def _max_pool_op(x, kernel, stride, padding, dilation, ceil_mode):
+    kernel = _pair(kernel)
+    stride = kernel if stride is None or stride == [] else _pair(stride)
+    return hb.MaxPool2dOp(x, kernel, stride, _pair(padding), _pair(dilation), ceil_mode)
+
+
+def _avg_pool_op(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor):
+    if divisor is not None:
+        raise Unsupported("divisor_override")
+    kernel = _pair(kernel)
+    stride = kernel if stride is None or stride == [] else _pair(stride)
+    return hb.AvgPool2dOp(
+        x, kernel, stride, _pair(padding), ceil_mode, count_include_pad
+    )
+
+
+def _global_pool_op(x, output_size):
+    if _pair(output_size) != (1, 1):
+        raise Unsupported(f"adaptive pooling to {output_size} (only 1x1)")
+    return hb.GlobalAvgPool2dOp(x)
+
+
+def _unary_module(make):
+    """A one-input module (QAT or float) whose op is ``make(mod, x)``."""
+
+    def build(ex: Exporter, node: fx.Node):
+        mod = _module(ex, node)
+        (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+        return _output(ex, mod, ex.emit(make(mod, x)))
+
+    return build
+
+
+def _clamp_op(mod, x):
+    lo = -INF if mod.min_value is None else float(mod.min_value)
+    hi = INF if mod.max_value is None else float(mod.max_value)
+    return hb.ClipOp(x, lo, hi)
+
+
+# ----------------------------------------------------------------- binary / n-ary
+
+
+_BINARY_OPS = {
+    qat.QuantAdd: hb.AddOp,
+    qat.QuantSub: hb.SubOp,
+    qat.QuantMul: hb.MulOp,
+    qat.QuantMatmul: hb.MatmulOp,
+}
+
+
+def _binary_module(ex: Exporter, node: fx.Node):
+    mod = _module(ex, node)
+    a, b = (_value_or_number(ex, v) for v in node.args[:2])
+    a, b = _inputs(ex, mod, [a, b])
+    like = a if not _is_number(a) else b
+    dtype = ex.dtype(like)
+    a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
+    if getattr(mod, "exact", False):
+        a, b = ex.cast(a, torch.float64), ex.cast(b, torch.float64)
+    y = ex.emit(_BINARY_OPS[type(mod)](a, b))
+    return _output(ex, mod, y, dtype)
+
+
+def _value_or_number(ex: Exporter, arg):
+    return ex.values[arg] if isinstance(arg, fx.Node) else arg
+
+
+def _cat_module(ex: Exporter, node: fx.Node):
+    mod = _module(ex, node)
+    tensors = _inputs(ex, mod, [ex.tensor(t) for t in node.args[0]])
+    return _output(ex, mod, ex.emit(hb.ConcatOp(tensors, mod.dim)))
+
+
+def _reduce_module(op_cls):
+    def build(ex: Exporter, node: fx.Node):
+        mod = _module(ex, node)
+        (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+        rank = len(hb.shape_of(x))
+        dims = range(rank) if mod.dim is None else mod.dim
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        return _output(ex, mod, ex.emit(op_cls(x, dims, bool(mod.keepdim))))
+
+    return build
+
+
+# ----------------------------------------------------------------- lookup tables
+
+_LUT_OPS = {
+    lut.Sigmoid: hb.SigmoidOp,
+    lut.Tanh: hb.TanhOp,
+    lut.Exp: hb.ExpOp,
+    lut.Log: hb.LogOp,
+    lut.Sqrt: hb.SqrtOp,
+    lut.Rsqrt: hb.RsqrtOp,
+    lut.Reciprocal: hb.ReciprocalOp,
+    lut.Sin: hb.SinOp,
+    lut.Cos: hb.CosOp,
+    lut.SiLU: hb.SiluOp,
+    lut.Hardsigmoid: hb.HardsigmoidOp,
+    lut.Hardswish: hb.HardswishOp,
+}
+
+
+def _lut_module(ex: Exporter, node: fx.Node):
+    """The hbir op with the table configuration ``pre_export`` evaluates."""
+    mod = _module(ex, node)
+    (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+    if isinstance(mod, lut.GELU):
+        op = hb.GeluOp(x, mod.approximate)
+    else:
+        op = _LUT_OPS[type(mod)](x)
+    config = mod.table_config()
+    if config is not None:
+        op.set_lut_config(config)
+    return _output(ex, mod, ex.emit(op))
+
+
+# ----------------------------------------------------------------- float modules
+
+
+def _float_unary(op_cls, **props):
+    def make(mod, x):
+        kwargs = {k: getattr(mod, v) for k, v in props.items()}
+        return op_cls(x, **kwargs)
+
+    return _unary_module(make)
+
+
+def _identity(ex: Exporter, node: fx.Node):
+    return ex.values[node.args[0]]
+
+
+def _float_layer_norm_module(ex: Exporter, node: fx.Node):
+    mod = _module(ex, node)
+    x = ex.tensor(node.args[0])
+    w = ex.constant(mod.weight) if mod.weight is not None else None
+    b = ex.constant(mod.bias) if getattr(mod, "bias", None) is not None else None
+    return ex.emit(hb.LayerNormOp(x, tuple(mod.normalized_shape), w, b, mod.eps))
+
+
+MODULE_RULES: dict[type, Builder] = {
+    qat.QuantStub: _unary_module(lambda mod, x: None),  # replaced below
+    qat.DeQuantStub: _identity,
+    stubs.QuantStub: _identity,
+    stubs.DeQuantStub: _identity,
+    nn.Identity: _identity,
+    nn.Dropout: _identity,
+    nn.Conv2d: _weight_layer(_conv2d),
+    nn.ConvTranspose2d: _weight_layer(_conv_transpose2d),
+    nn.Linear: _weight_layer(_linear),
+    qat.QuantAffine: _affine,
+    nn.MaxPool2d: _unary_module(
+        lambda m, x: _max_pool_op(
+            x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode
+        )
+    ),
+    nn.AvgPool2d: _unary_module(
+        lambda m, x: _avg_pool_op(
+            x,
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.ceil_mode,
+            m.count_include_pad,
+            m.divisor_override,
+        )
+    ),
+    nn.AdaptiveAvgPool2d: _unary_module(lambda m, x: _global_pool_op(x, m.output_size)),
+    qat.Clamp: _unary_module(_clamp_op),
+    nn.ReLU: _float_unary(hb.ReluOp),
+    nn.ReLU6: _unary_module(lambda m, x: hb.ClipOp(x, 0.0, 6.0)),
+    nn.Hardtanh: _unary_module(lambda m, x: hb.ClipOp(x, m.min_val, m.max_val)),
+    nn.Sigmoid: _float_unary(hb.SigmoidOp),
+    nn.Tanh: _float_unary(hb.TanhOp),
+    nn.GELU: _float_unary(hb.GeluOp, approximate="approximate"),
+    nn.SiLU: _float_unary(hb.SiluOp),
+    nn.Hardsigmoid: _float_unary(hb.HardsigmoidOp),
+    nn.Hardswish: _float_unary(hb.HardswishOp),
+    nn.Softmax: _float_unary(hb.SoftmaxOp, dim="dim"),
+    nn.LayerNorm: _float_layer_norm_module,
+    nn.Flatten: _unary_module(lambda m, x: None),  # replaced below
+    qat.QuantCat: _cat_module,
+    qat.QuantMean: _reduce_module(hb.ReduceMeanOp),
+    qat.QuantSum: _reduce_module(hb.ReduceSumOp),
+    **{cls: _binary_module for cls in _BINARY_OPS},
+    **{cls: _lut_module for cls in lut.LUT_MODULES},
+}
+
+
+def _quant_stub(ex: Exporter, node: fx.Node):
+    return _output(ex, _module(ex, node), ex.tensor(node.args[0]))
+
+
+MODULE_RULES[qat.QuantStub] = _quant_stub
+
+
+# ----------------------------------------------------------------- data movement
+
+
+def _reshape(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    shape = ex.recorded_shape(node)
+    if shape == hb.shape_of(x):
+        return x
+    return ex.emit(hb.ReshapeOp(x, shape))
+
+
+MODULE_RULES[nn.Flatten] = _reshape
+
+
+def _permutation(node: fx.Node, rank: int) -> list[int]:
+    """The dims permutation of permute / transpose / t / movedim / swapaxes."""
+    target = node.target if isinstance(node.target, str) else node.target.__name__
+    args = node.args[1:]
+    if target == "permute":
+        dims = args[0] if len(args) == 1 and isinstance(args[0], list | tuple) else args
+        dims = node.kwargs.get("dims", dims)
+        return [d % rank for d in dims]
+    if target in ("transpose", "swapaxes"):
+        d0, d1 = (a % rank for a in args[:2])
+        perm = list(range(rank))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return perm
+    if target == "t":
+        return list(range(rank))[::-1]
+    if target == "movedim":
+        src, dst = args[:2]
+        return list(np.moveaxis(np.arange(rank), src, dst))
+    raise Unsupported(f"permutation of {target}")
+
+
+def _transpose(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    perm = [int(p) for p in _permutation(node, len(hb.shape_of(x)))]
+    if perm == sorted(perm):
+        return x
+    return ex.emit(hb.TransposeOp(x, perm))
+
+
+def _to_same(ex: Exporter, node: fx.Node):
+    """contiguous / clone / detach / float / to / type_as: values unchanged."""
+    x = ex.tensor(node.args[0])
+    return ex.cast(x, ex.recorded[node].dtype)
+
+
+def _getitem(ex: Exporter, node: fx.Node):
+    base, index = node.args
+    value = ex.values[base]
+    if isinstance(value, list | tuple):
+        return value[index]
+    return _index_tensor(ex, node, value, index)
+
+
+def _index_tensor(ex: Exporter, node: fx.Node, x, index):
+    """``x[...]`` with ints, slices, None and Ellipsis: a slice plus a reshape."""
+    shape = hb.shape_of(x)
+    index = index if isinstance(index, tuple) else (index,)
+    if any(not isinstance(i, int | slice | type(None) | type(Ellipsis)) for i in index):
+        raise Unsupported("advanced (tensor) indexing")
+    dims = [i for i in index if i is not None]
+    if Ellipsis in dims:
+        at = dims.index(Ellipsis)
+        fill = len(shape) - (len(dims) - 1)
+        dims = dims[:at] + [slice(None)] * fill + dims[at + 1 :]
+    dims += [slice(None)] * (len(shape) - len(dims))
+    begin, end, step = [], [], []
+    for size, i in zip(shape, dims, strict=True):
+        if isinstance(i, int):
+            i = i % size
+            begin.append(i), end.append(i + 1), step.append(1)
+        else:
+            b, e, s = i.indices(size)
+            if s <= 0:
+                raise Unsupported("negative slice steps")
+            begin.append(b), end.append(e), step.append(s)
+    y = x
+    if (begin, end, step) != ([0] * len(shape), list(shape), [1] * len(shape)):
+        y = ex.emit(hb.SliceOp(x, begin, end, step))
+    out = ex.recorded_shape(node)
+    return y if hb.shape_of(y) == out else ex.emit(hb.ReshapeOp(y, out))
+
+
+def _split(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    outs = ex.recorded[node]
+    target = node.target if isinstance(node.target, str) else node.target.__name__
+    dim = _arg(node, 2, "dim", 0)
+    if target in ("unbind",):
+        dim = _arg(node, 1, "dim", 0)
+    dim %= len(hb.shape_of(x))
+    sizes = [int(t.shape[dim]) if target != "unbind" else 1 for t in outs]
+    pieces = ex.emit(hb.SplitOp(x, sizes, dim))
+    pieces = pieces if isinstance(pieces, tuple) else (pieces,)
+    if target == "unbind":
+        return tuple(
+            ex.emit(hb.ReshapeOp(p, tuple(t.shape)))
+            for p, t in zip(pieces, outs, strict=True)
+        )
+    return pieces
+
+
+def _narrow(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    dim, start, length = node.args[1:4]
+    shape = hb.shape_of(x)
+    dim %= len(shape)
+    start %= shape[dim]
+    begin = [0] * len(shape)
+    end = list(shape)
+    begin[dim], end[dim] = start, start + length
+    return ex.emit(hb.SliceOp(x, begin, end))
+
+
+def _amax(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    dim = _arg(node, 1, "dim", None)
+    keepdim = bool(_arg(node, 2, "keepdim", False))
+    rank = len(hb.shape_of(x))
+    dims = list(range(rank)) if dim in (None, ()) else dim
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return ex.emit(hb.ReduceMaxOp(x, dims, keepdim))
+
+
+def _pad(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    pads = list(_arg(node, 1, "pad"))
+    mode = _arg(node, 2, "mode", "constant")
+    value = _arg(node, 3, "value", None) or 0.0
+    if mode != "constant":
+        raise Unsupported(f"pad mode {mode!r}")
+    rank = len(hb.shape_of(x))
+    low, high = [0] * rank, [0] * rank
+    for i in range(len(pads) // 2):
+        low[rank - 1 - i], high[rank - 1 - i] = pads[2 * i], pads[2 * i + 1]
+    return ex.emit(hb.PadOp(x, low, high, float(value)))
+
+
+def _interpolate(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    mode = _arg(node, 3, "mode", "nearest")
+    corners = _arg(node, 4, "align_corners", None)
+    scale = _arg(node, 2, "scale_factor", None)
+    if _arg(node, 5, "recompute_scale_factor", None):
+        scale = None
+    if mode not in ("nearest", "bilinear"):
+        raise Unsupported(f"interpolate mode {mode!r}")
+    size = ex.recorded_shape(node)[2:]
+    scales = None if scale is None else [float(s) for s in _pair_float(scale)]
+    return ex.emit(hb.Resize2dOp(x, size, mode, bool(corners), scales))
+
+
+def _pair_float(v):
+    return (v, v) if isinstance(v, int | float) else tuple(v)
+
+
+# ----------------------------------------------------------------- float functions
+
+
+def _float_fn(op_cls, **fixed):
+    def build(ex: Exporter, node: fx.Node):
+        x = ex.tensor(node.args[0])
+        return ex.emit(op_cls(x, **fixed))
+
+    return build
+
+
+def _float_binary(op_cls, reverse: bool = False):
+    def build(ex: Exporter, node: fx.Node):
+        a, b = (_value_or_number(ex, v) for v in node.args[:2])
+        if _arg(node, 2, "alpha", 1) != 1:
+            raise Unsupported("alpha")
+        like = a if not _is_number(a) else b
+        a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
+        return ex.emit(op_cls(b, a) if reverse else op_cls(a, b))
+
+    return build
+
+
+FUNCTION_RULES: dict[object, Builder] = {
+    torch.flatten: _reshape,
+    torch.reshape: _reshape,
+    torch.squeeze: _reshape,
+    torch.unsqueeze: _reshape,
+    torch.permute: _transpose,
+    torch.transpose: _transpose,
+    torch.swapaxes: _transpose,
+    torch.t: _transpose,
+    torch.movedim: _transpose,
+    torch.split: _split,
+    torch.chunk: _split,
+    torch.unbind: _split,
+    torch.narrow: _narrow,
+    torch.amax: _amax,
+    torch.clone: _to_same,
+    torch.detach: _to_same,
+    operator.getitem: _getitem,
+    F.dropout: _identity,
+    F.pad: _pad,
+    F.interpolate: _interpolate,
+    # float models
+    operator.add: _float_binary(hb.AddOp),
+    torch.add: _float_binary(hb.AddOp),
+    operator.sub: _float_binary(hb.SubOp),
+    torch.sub: _float_binary(hb.SubOp),
+    operator.mul: _float_binary(hb.MulOp),
+    torch.mul: _float_binary(hb.MulOp),
+    operator.truediv: _float_binary(hb.DivOp),
+    torch.div: _float_binary(hb.DivOp),
+    operator.matmul: _float_binary(hb.MatmulOp),
+    torch.matmul: _float_binary(hb.MatmulOp),
+    torch.relu: _float_fn(hb.ReluOp),
+    F.relu: _float_fn(hb.ReluOp),
+    torch.sigmoid: _float_fn(hb.SigmoidOp),
+    torch.tanh: _float_fn(hb.TanhOp),
+    torch.exp: _float_fn(hb.ExpOp),
+}
+
+METHOD_RULES: dict[str, Builder] = {
+    "view": _reshape,
+    "view_as": _reshape,
+    "reshape": _reshape,
+    "reshape_as": _reshape,
+    "flatten": _reshape,
+    "unflatten": _reshape,
+    "squeeze": _reshape,
+    "unsqueeze": _reshape,
+    "permute": _transpose,
+    "transpose": _transpose,
+    "t": _transpose,
+    "movedim": _transpose,
+    "contiguous": _to_same,
+    "clone": _to_same,
+    "detach": _to_same,
+    "float": _to_same,
+    "to": _to_same,
+    "type_as": _to_same,
+    "split": _split,
+    "chunk": _split,
+    "unbind": _split,
+    "narrow": _narrow,
+    "amax": _amax,
+    "add": _float_binary(hb.AddOp),
+    "sub": _float_binary(hb.SubOp),
+    "mul": _float_binary(hb.MulOp),
+    "relu": _float_fn(hb.ReluOp),
+    "sigmoid": _float_fn(hb.SigmoidOp),
+}
+
+
+def find(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[Builder | None, str]:
+    """The builder for a call node (None if unsupported) and a name for messages."""
+    if node.op == "call_module":
+        mod = modules[node.target]
+        for cls in type(mod).__mro__:
+            if cls in MODULE_RULES:
+                return MODULE_RULES[cls], _module_name(mod)
+        return None, _module_name(mod)
+    if node.op == "call_method":
+        return METHOD_RULES.get(node.target), f"Tensor.{node.target}"
+    name = getattr(node.target, "__name__", str(node.target))
+    module = getattr(node.target, "__module__", None) or ""
+    qualified = f"{module}.{name}" if module else name
+    return FUNCTION_RULES.get(node.target), qualified
+
+
+def _module_name(mod: nn.Module) -> str:
+    cls = type(mod)
+    return f"{cls.__module__}.{cls.__qualname__}"

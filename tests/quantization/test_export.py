@@ -1,0 +1,154 @@
+"""export: qat.bc equals qat.export.pt bit for bit, with located ops and errors."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+import zoo
+from torch import nn
+from zoo_stages import calibrated
+
+import hbir
+from hbir.quantization import DeQuantStub, QuantStub, prepare
+from hbir.quantization.export import ExportError, export
+from hbir.quantization.pre_export import pre_export
+
+
+def _outputs(out):
+    out = out if isinstance(out, tuple | list) else (out,)
+    return [o.detach().numpy() for o in out]
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_qat_bc_is_bit_identical_to_qat_export_pt(name, tmp_path):
+    qat, example = calibrated(name, tmp_path, qat_steps=2)
+    exported_pt = pre_export(qat)
+    qat_bc = export(qat, example)
+    assert qat_bc["forward"].statistics().get("qnt.const_fake_quant", 0) > 0
+    hbir.save(qat_bc, tmp_path / "qat.bc")
+    reloaded = hbir.load(tmp_path / "qat.bc")
+    f, g = qat_bc["forward"], reloaded["forward"]
+    for seed in range(20):
+        inputs = zoo.batches(name, 1, batch=len(example[0]), seed=100 + seed)[0]
+        with torch.no_grad():
+            want = _outputs(exported_pt(*inputs))
+        got = f(*inputs)
+        got = list(got) if isinstance(got, tuple) else [got]
+        again = g(*inputs)
+        again = list(again) if isinstance(again, tuple) else [again]
+        for w, x, y in zip(want, got, again, strict=True):
+            assert _same_bits(x, w), f"{name}: seed {seed} differs from qat.export.pt"
+            assert _same_bits(y, w), f"{name}: seed {seed} differs after save/load"
+
+
+def test_level_2_model_is_bit_identical(tmp_path):
+    qat, example = calibrated("resnet", tmp_path, level=2)
+    exported_pt = pre_export(qat)
+    qat_bc = export(qat, example)
+    assert qat_bc._high_precision_qpp and not qat_bc._fuse_requantize
+    inputs = zoo.batches("resnet", 1, batch=len(example[0]), seed=7)[0]
+    with torch.no_grad():
+        want = _outputs(exported_pt(*inputs))[0]
+    assert _same_bits(qat_bc["forward"](*inputs), want)
+
+
+def test_debug_info_names_module_path_op_and_source_line(tmp_path):
+    qat, example = calibrated("resnet", tmp_path)
+    asm = export(qat, example).module.get_asm(enable_debug_info=True)
+    conv_lines = [line for line in asm.splitlines() if "hbir.conv2d" in line]
+    assert conv_lines
+    # loc("<module path>|<torch op>#<call index>"("<file>":<line>:0))
+    pattern = re.compile(
+        r'loc\("([\w.]+)\|[\w.]+Conv2d#\d+"\("([^"]+zoo\.py)":(\d+):0\)\)'
+    )
+    match = pattern.search(conv_lines[0])
+    assert match, conv_lines[0]
+    path, line = match.group(1), int(match.group(3))
+    assert path in dict(qat.named_modules())
+    source = open(match.group(2)).read().splitlines()[line - 1]
+    assert "conv" in source or "stem" in source or "self." in source
+    assert "loc(" not in export(qat, example).module.get_asm()
+
+
+class TwoUnsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        x = self.quant(x)
+        a = torch.flip(x, [1])  # pass-through in prepare, no hbir op
+        b = x.repeat(1, 2)  # pass-through in prepare, no hbir op
+        return self.dequant(a), self.dequant(b)
+
+
+def test_two_unsupported_ops_fail_in_one_error_with_source_lines(tmp_path):
+    model = TwoUnsupported().eval()
+    example = (torch.randn(2, 4),)
+    qat = prepare(model, example, out_dir=tmp_path)
+    from hbir.quantization import FakeQuantState, set_fake_quantize
+
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    qat(*example)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    with pytest.raises(ExportError) as info:
+        export(qat, example)
+    text = str(info.value)
+    assert "2 unsupported op(s)" in text
+    assert text.count("test_export.py:") == 2
+    assert "torch.flip" in text and "Tensor.repeat" in text
+
+
+def test_float_model_exports_with_a_loud_warning():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval()
+    with pytest.warns(UserWarning, match="no enabled fake quantization"):
+        m = export(model, (torch.randn(2, 4),))
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert _same_bits(m["forward"](x), model(x).numpy())
+
+
+def test_export_refuses_train_mode_and_running_observers(tmp_path):
+    qat, example = calibrated("resnet", tmp_path)
+    qat.train()
+    with pytest.raises(ExportError, match="needs eval mode"):
+        export(qat, example)
+    qat.eval()
+    from hbir.quantization import FakeQuantState, set_fake_quantize
+
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with pytest.raises(ExportError, match="observer enabled"):
+        export(qat, example)
+
+
+def test_names_and_flattened_io(tmp_path):
+    qat, example = calibrated("multi_io", tmp_path)
+    m = export(
+        qat, example, input_names=["img", "vec"], output_names=["logits", "fmap"]
+    )
+    f = m["forward"]
+    assert f.inputs.names == ["img", "vec"] and f.outputs.names == ["logits", "fmap"]
+    plain = export(qat, example)["forward"]
+    assert plain.inputs.names == ["_input_0", "_input_1"]
+    assert plain.outputs.names == ["_output_0", "_output_1"]
+    with pytest.raises(ExportError, match="input_names has 1 names for 2 inputs"):
+        export(qat, example, input_names=["img"])
+
+
+def test_module_flags_read_back(tmp_path):
+    from hbir.quantization import set_round_mode
+
+    qat, example = calibrated("resnet", tmp_path, level=0)
+    m = export(qat, example)
+    assert m._high_precision_qpp and not m._fuse_requantize and not m._legacy_round
+    set_round_mode("half_up")
+    try:
+        assert export(qat, example)._legacy_round
+    finally:
+        set_round_mode("half_even")
