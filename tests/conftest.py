@@ -1,13 +1,28 @@
 """Shared test setup: one thread everywhere (the CI machine has 2 shared cores)."""
 
+import importlib.util
 import os
 import sys
 
 for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
-# Tests import shared fixtures (the model zoo) as plain modules from tests/.
-sys.path.insert(0, os.path.dirname(__file__))
+
+def _load_shared(name: str) -> None:
+    """Make tests/<name>.py importable as ``name`` (the model zoo and its stages).
+
+    Loaded by path rather than by putting tests/ on sys.path, where the tests/hbir
+    folder would shadow the hbir package itself.
+    """
+    path = os.path.join(os.path.dirname(__file__), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+for _name in ("zoo", "zoo_stages"):
+    _load_shared(_name)
 
 
 def pytest_configure(config):

@@ -213,17 +213,16 @@ class Exporter:
         from hbir.quantization import export_rules as rules
 
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-        arg_types = []
+        leaves: list[torch.Tensor] = []
         for node in placeholders:
-            value = self.recorded[node]
-            if not isinstance(value, torch.Tensor):
-                raise ExportError(
-                    f"input {node.name} is not a tensor ({type(value).__name__})"
-                )
-            arg_types.append(TensorType(_ir_float(value.dtype), list(value.shape)))
-        self.block = Block(arg_types=arg_types)
-        for node, arg in zip(placeholders, self.block.args, strict=True):
-            self.values[node] = arg
+            _flatten(self.recorded[node], leaves, node.name)
+        self.block = Block(
+            arg_types=[TensorType(_ir_float(t.dtype), list(t.shape)) for t in leaves]
+        )
+        args = iter(self.block.args)
+        for node in placeholders:
+            # Tuple / list / dict inputs become one argument per tensor, in order.
+            self.values[node] = _rebuild(self.recorded[node], args)
 
         problems: list[str] = []
         outputs: list[SSAValue] = []
@@ -318,6 +317,27 @@ class Exporter:
             res_attrs=_name_attrs(out_names, "output"),
         )
         return ModuleOp([f])
+
+
+def _flatten(value, leaves: list, name: str) -> None:
+    if isinstance(value, torch.Tensor):
+        leaves.append(value)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _flatten(v, leaves, name)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _flatten(v, leaves, name)
+    else:
+        raise ExportError(f"input {name} holds a {type(value).__name__}, not tensors")
+
+
+def _rebuild(value, args):
+    if isinstance(value, torch.Tensor):
+        return next(args)
+    if isinstance(value, list | tuple):
+        return type(value)(_rebuild(v, args) for v in value)
+    return {k: _rebuild(v, args) for k, v in value.items()}
 
 
 def _is_number_value(v) -> bool:

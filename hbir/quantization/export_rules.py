@@ -407,7 +407,7 @@ def _to_same(ex: Exporter, node: fx.Node):
 def _getitem(ex: Exporter, node: fx.Node):
     base, index = node.args
     value = ex.values[base]
-    if isinstance(value, list | tuple):
+    if isinstance(value, list | tuple | dict):
         return value[index]
     return _index_tensor(ex, node, value, index)
 

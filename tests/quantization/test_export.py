@@ -152,3 +152,68 @@ def test_module_flags_read_back(tmp_path):
         assert export(qat, example)._legacy_round
     finally:
         set_round_mode("half_even")
+
+
+class DictIO(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qa, self.qb = QuantStub(), QuantStub()
+        self.fc = nn.Linear(4, 4)
+        self.dequant = DeQuantStub()
+
+    def forward(self, inputs):
+        a, b = self.qa(inputs["a"]), self.qb(inputs["b"])
+        s = self.fc(a) + b
+        return {"sum": self.dequant(s), "pair": (self.dequant(a), self.dequant(b))}
+
+
+def test_dict_inputs_and_nested_outputs_flatten(tmp_path):
+    from hbir.quantization import FakeQuantState, set_fake_quantize
+
+    example = ({"a": torch.randn(2, 4), "b": torch.randn(2, 4)},)
+    qat = prepare(DictIO().eval(), example, out_dir=tmp_path)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    qat(*example)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    m = export(qat, example)
+    f = m["forward"]
+    assert f.inputs.names == ["_input_0", "_input_1"]
+    assert f.outputs.names == ["_output_0", "_output_1", "_output_2"]
+    x = {"a": torch.randn(2, 4), "b": torch.randn(2, 4)}
+    with torch.no_grad():
+        want = qat(x)
+    got = f(x["a"], x["b"])
+    flat = [want["sum"], *want["pair"]]
+    for g, w in zip(got, flat, strict=True):
+        assert _same_bits(g, w.numpy())
+
+
+def test_hbir_opt_reads_every_exported_zoo_model(tmp_path):
+    import subprocess
+    import sys
+
+    def opt(*args):
+        res = subprocess.run(
+            [sys.executable, "-m", "hbir.tools.hbir_opt", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    for name in zoo.NAMES:
+        qat, example = calibrated(name, tmp_path)
+        model = export(qat, example)
+        path = tmp_path / f"{name}.bc"
+        hbir.save(model, path)
+        assert opt(str(path)) == model.module.get_asm() + "\n"
+        cleaned = hbir.Module.parse(opt(str(path), "-p", "cleanup"))
+        want = model["forward"](*example)
+        got = cleaned["forward"](*example)
+        for w, g in zip(_as_list(want), _as_list(got), strict=True):
+            assert _same_bits(g, w), name
+
+
+def _as_list(out):
+    return list(out) if isinstance(out, tuple) else [out]
