@@ -214,7 +214,6 @@ class LutConfig:
     in_bits: int
     out_scale: float
     out_bits: int
-    offset: float = 0.0
 
 
 _LUT_PROPS = ("num_tables", "in_scale", "in_bits", "out_scale", "out_bits")
@@ -224,9 +223,9 @@ class FloatUnaryOp(UnaryOp):
     """Elementwise float op; in fixed point it becomes ``hbir.lut``.
 
     Export attaches the table configuration of a quantized nonlinear op
-    (``num_tables``, input and output scale and bits, and for rsqrt the ``offset``
-    folded into the table): the op then computes exactly its fixed-point table on the
-    input codes, as ``pre_export`` does in torch, instead of the float function.
+    (``num_tables``, input and output scale and bits): the op then computes exactly
+    its fixed-point table on the input codes, as ``pre_export`` does in torch,
+    instead of the float function.
 
     ``%y = hbir.sigmoid %x {num_tables = 24 : i64, in_scale = 6.25e-02 : f64,
     in_bits = 8 : i64, out_scale = 3.90625e-03 : f64, out_bits = 8 : i64} :
@@ -238,7 +237,6 @@ class FloatUnaryOp(UnaryOp):
     in_bits = opt_prop_def(IntegerAttr[I64])
     out_scale = opt_prop_def(FloatAttr)
     out_bits = opt_prop_def(IntegerAttr[I64])
-    offset = opt_prop_def(FloatAttr)
 
     def lut_config(self) -> LutConfig | None:
         """The table configuration, or None for the float function."""
@@ -250,7 +248,6 @@ class FloatUnaryOp(UnaryOp):
             self.in_bits.value.data,
             self.out_scale.value.data,
             self.out_bits.value.data,
-            0.0 if self.offset is None else self.offset.value.data,
         )
 
     def set_lut_config(self, config: LutConfig) -> None:
@@ -259,7 +256,6 @@ class FloatUnaryOp(UnaryOp):
         self.in_bits = i64_attr(config.in_bits)
         self.out_scale = f64_attr(config.out_scale)
         self.out_bits = i64_attr(config.out_bits)
-        self.offset = f64_attr(config.offset) if config.offset else None
 
     def verify_(self) -> None:
         if not is_float(self.input.type):
@@ -273,8 +269,6 @@ class FloatUnaryOp(UnaryOp):
             raise VerifyException(f"table configuration lacks {', '.join(missing)}")
         config = self.lut_config()
         if config is None:
-            if self.offset is not None:
-                raise VerifyException("offset needs a table configuration")
             return
         if config.num_tables <= 0 or config.num_tables % 6:
             raise VerifyException(

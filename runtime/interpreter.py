@@ -174,7 +174,6 @@ def _lut_forward(op, x: np.ndarray, config, rounding: str) -> np.ndarray:
         config.out_scale,
         config.out_bits,
         config.num_tables,
-        config.offset,
         rounding,
     ).astype(x.dtype)
 

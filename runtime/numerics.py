@@ -466,12 +466,9 @@ def check_num_tables(num_tables: int) -> int:
     return int(num_tables)
 
 
-def _lut_kind(op: str, in_bits: int, offset: float = 0.0) -> str:
+def _lut_kind(op: str, in_bits: int) -> str:
     if in_bits == 8:
         return "direct"
-    if offset:
-        # f(x + offset) loses the scaling and periodicity the other kinds exploit.
-        return "segments"
     if op in _PERIODIC_OPS:
         return "periodic"
     return "exponent" if op in _EXPONENT_OPS else "segments"
@@ -530,7 +527,6 @@ class LutTable:
     phase_shift: int = 0
     phase_bits: int = 0
     octave_step: int = 0
-    offset: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("entries", "starts", "offsets", "slopes"):
@@ -543,7 +539,7 @@ class LutTable:
             raise ValueError(
                 f"LUT bits must be 8 or 16, got in {self.in_bits}, out {self.out_bits}"
             )
-        expected = _lut_kind(self.op, self.in_bits, self.offset)
+        expected = _lut_kind(self.op, self.in_bits)
         if self.kind != expected:
             raise ValueError(
                 f"{self.op} with {self.in_bits}-bit input is a "
@@ -633,7 +629,6 @@ class LutTable:
             "phase_shift": self.phase_shift,
             "phase_bits": self.phase_bits,
             "octave_step": self.octave_step,
-            "offset": int(np.float64(self.offset).view(np.int64)),
             "entries": self.entries.copy(),
             "starts": self.starts.copy(),
             "offsets": self.offsets.copy(),
@@ -666,24 +661,12 @@ class LutTable:
             phase_shift=ints["phase_shift"],
             phase_bits=ints["phase_bits"],
             octave_step=ints["octave_step"],
-            offset=float(np.int64(ints.get("offset", 0)).view(np.float64)),
         )
 
 
-def _lut_inputs(
-    op: str, q: np.ndarray, in_scale: float, offset: float = 0.0
-) -> np.ndarray:
-    """``fl32(q * s_in)`` in float64, after the domain conventions.
-
-    With an ``offset`` (layer norm's epsilon before rsqrt) the input is
-    ``max(x, 0) + offset`` for log/rsqrt/sqrt and ``x + offset`` otherwise.
-    """
+def _lut_inputs(op: str, q: np.ndarray, in_scale: float) -> np.ndarray:
+    """``fl32(q * s_in)`` in float64, after the domain conventions."""
     q = np.asarray(q, np.int64)
-    if offset:
-        x = dequantize(q, np.float32(in_scale), 0).astype(np.float64)
-        if op in ("log", "rsqrt", "sqrt"):
-            x = np.maximum(x, 0.0)
-        return x + offset
     if op in ("log", "rsqrt"):
         q = np.maximum(q, 1)
     elif op == "reciprocal":
@@ -707,7 +690,6 @@ def lut_reference_codes(
     out_scale: float,
     out_bits: int,
     rounding: str = HALF_EVEN,
-    offset: float = 0.0,
 ) -> np.ndarray:
     """The correctly rounded table: ``clamp(round(f(fl32(q * s_in)) / s_out))``.
 
@@ -716,7 +698,7 @@ def lut_reference_codes(
     Direct (int8-input) tables equal it exactly; the error of the other kinds is
     measured against it.
     """
-    y = _lut_values(op, _lut_inputs(op, q, in_scale, offset), out_scale)
+    y = _lut_values(op, _lut_inputs(op, q, in_scale), out_scale)
     lo, hi = qrange(out_bits)
     return np.clip(round_float(y, rounding), lo, hi).astype(np.int64)
 
@@ -729,12 +711,8 @@ def build_lut(
     out_bits: int,
     num_tables: int | None = None,
     rounding: str = HALF_EVEN,
-    offset: float = 0.0,
 ) -> LutTable:
     """The table that evaluates ``op`` from ``in_bits`` codes to ``out_bits`` codes.
-
-    ``offset`` tabulates ``f(x + offset)`` (layer norm folds its epsilon into
-    rsqrt); int16 tables with an offset are always "segments".
 
     A pure function of its arguments (results are cached). Scales are taken as
     float32; ``num_tables`` defaults to ``DEFAULT_NUM_TABLES[op]`` and must be a
@@ -790,7 +768,6 @@ def build_lut(
         int(out_bits),
         num_tables,
         rounding,
-        float(offset),
     )
 
 
@@ -803,9 +780,8 @@ def _build_lut(
     out_bits: int,
     num_tables: int,
     rounding: str,
-    offset: float = 0.0,
 ) -> LutTable:
-    kind = _lut_kind(op, in_bits, offset)
+    kind = _lut_kind(op, in_bits)
     head = dict(
         op=op,
         kind=kind,
@@ -815,16 +791,15 @@ def _build_lut(
         out_bits=out_bits,
         num_tables=num_tables,
         rounding=rounding,
-        offset=offset,
     )
     if kind == "direct":
         codes = np.arange(-128, 128)
         entries = lut_reference_codes(
-            op, codes, in_scale, out_scale, out_bits, rounding, offset
+            op, codes, in_scale, out_scale, out_bits, rounding
         )
         return LutTable(**head, entries=entries)
     if kind == "segments":
-        fitted = _segments(op, in_scale, out_scale, out_bits, num_tables, offset)
+        fitted = _segments(op, in_scale, out_scale, out_bits, num_tables)
     else:
         builder = {"periodic": _periodic, "exponent": _exponent}[kind]
         fitted = builder(op, in_scale, out_scale, out_bits, num_tables)
@@ -907,15 +882,13 @@ def _fit_segments(
     )
 
 
-def _segments(
-    op: str, in_scale: float, out_scale: float, out_bits: int, n: int, offset=0.0
-):
+def _segments(op: str, in_scale: float, out_scale: float, out_bits: int, n: int):
     qmin, qmax = qrange(16)
     q = np.arange(qmin, qmax + 1, dtype=np.int64)
     starts, _ = _segment_layout("segments", op, n)
     seg = ((q - qmin) * n) >> 16
     g = _clamp_target(
-        _lut_values(op, _lut_inputs(op, q, in_scale, offset), out_scale), out_bits
+        _lut_values(op, _lut_inputs(op, q, in_scale), out_scale), out_bits
     )
     return dict(starts=starts, **_fit_segments(q - starts[seg], g, seg, n))
 
@@ -1067,7 +1040,6 @@ def lut_forward(
     out_scale: float,
     out_bits: int,
     num_tables: int | None = None,
-    offset: float = 0.0,
     rounding: str = HALF_EVEN,
 ) -> np.ndarray:
     """A float tensor through a table: quantize, ``apply_lut``, dequantize (float32).
@@ -1077,9 +1049,7 @@ def lut_forward(
     exactly as fake quantization does (symmetric, ``rounding``), so on the producer's
     grid it recovers the producer's codes.
     """
-    table = build_lut(
-        op, in_scale, in_bits, out_scale, out_bits, num_tables, rounding, offset
-    )
+    table = build_lut(op, in_scale, in_bits, out_scale, out_bits, num_tables, rounding)
     qmin, qmax = qrange(in_bits)
     q = quantize(x, np.float32(in_scale), 0, qmin, qmax, mode=rounding)
     return dequantize(apply_lut(table, q), np.float32(out_scale), 0)

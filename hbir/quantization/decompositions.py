@@ -18,6 +18,7 @@ from torch import nn
 
 from hbir.quantization.lut_modules import Exp, Reciprocal, Rsqrt
 from hbir.quantization.qat_modules import (
+    QuantAdd,
     QuantAffine,
     QuantMean,
     QuantMul,
@@ -63,7 +64,12 @@ class SoftmaxDecomposition(Decomposition):
 
 
 class LayerNormDecomposition(Decomposition):
-    """``(x - mean) * rsqrt(mean((x - mean)^2) + eps)``, then ``* weight + bias``."""
+    """``(x - mean) * rsqrt(mean((x - mean)^2) + eps)``, then ``* weight + bias``.
+
+    ``eps`` is added as its own quantized step (``add_eps``) before the rsqrt table,
+    so the table stays a plain ``rsqrt`` that exponent normalisation evaluates within
+    a few LSB; an ``eps`` below the variance's LSB rounds away, as in fixed point.
+    """
 
     op = "layer_norm"
 
@@ -84,7 +90,8 @@ class LayerNormDecomposition(Decomposition):
         self.sub = QuantSub(qconfig_for("sub", QuantSub, False))
         self.square = QuantMul(qconfig_for("square", QuantMul, False))
         self.var = QuantMean(qconfig_for("var", QuantMean, False), dims, keepdim=True)
-        self.rsqrt = Rsqrt(qconfig_for("rsqrt", Rsqrt, False), eps=eps)
+        self.add_eps = QuantAdd(qconfig_for("add_eps", QuantAdd, False))
+        self.rsqrt = Rsqrt(qconfig_for("rsqrt", Rsqrt, False))
         self.mul = QuantMul(qconfig_for("mul", QuantMul, not affine))
         self.affine = None
         if affine:
@@ -94,7 +101,7 @@ class LayerNormDecomposition(Decomposition):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         centered = self.sub(x, self.mean(x))
         var = self.var(self.square(centered, centered))
-        normed = self.mul(centered, self.rsqrt(var))
+        normed = self.mul(centered, self.rsqrt(self.add_eps(var, self.eps)))
         return normed if self.affine is None else self.affine(normed)
 
     def extra_repr(self) -> str:

@@ -124,7 +124,6 @@ class LutModule(QATModule):
             in_bits=fq_in.dtype.bits,
             out_scale=float(fq_out.scale[0]),
             out_bits=fq_out.dtype.bits,
-            offset=float(getattr(self, "eps", 0.0)),
         )
 
     def _table_forward(self, x: torch.Tensor, config: LutConfig) -> torch.Tensor:
@@ -136,7 +135,6 @@ class LutModule(QATModule):
             config.out_scale,
             config.out_bits,
             config.num_tables,
-            config.offset,
             get_round_mode(),
         )
         return torch.from_numpy(y).to(x.dtype)
@@ -188,22 +186,11 @@ class Sqrt(LutModule):
 
 
 class Rsqrt(LutModule):
-    """``1 / sqrt(x + eps)``: layer norm folds its epsilon into the table."""
-
     op = "rsqrt"
-
-    def __init__(
-        self, qconfig: QConfig, num_tables: int | None = None, eps: float = 0.0
-    ):
-        super().__init__(qconfig, num_tables)
-        self.eps = eps
 
     def function(self, x):
         positive = torch.where(x > _RSQRT_FLOOR, x, self._smallest_code(_RSQRT_FLOOR))
-        return torch.rsqrt(positive + self.eps)
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + (f", eps={self.eps}" if self.eps else "")
+        return torch.rsqrt(positive)
 
 
 class Reciprocal(LutModule):

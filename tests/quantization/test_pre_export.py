@@ -54,7 +54,6 @@ def test_every_lut_module_computes_its_table(posenc):
             config.out_scale,
             config.out_bits,
             config.num_tables,
-            offset=config.offset,
         )
         codes = numerics.apply_lut(table, np.clip(q, qmin, qmax))
         want = codes.astype(np.float32) * np.float32(config.out_scale)
