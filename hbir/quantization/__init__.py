@@ -7,12 +7,14 @@ The workflow of the reference toolchain::
     qat.eval(); set_fake_quantize(qat, FakeQuantState.CALIBRATION); run calibration data
     qat.train(); set_fake_quantize(qat, FakeQuantState.QAT); train
     qat.eval(); set_fake_quantize(qat, FakeQuantState.VALIDATION); evaluate
+    qat_export_pt = pre_export(qat); qat_bc = export(qat, example_inputs)
 
 See docs/quantization.md.
 """
 
 from hbir.quantization.consistency import ConsistencyStrategy
 from hbir.quantization.dtypes import QuantDType, qint8, qint16, qint32
+from hbir.quantization.export import ExportError, export
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
 from hbir.quantization.observers import (
     FixedScaleObserver,
@@ -21,6 +23,7 @@ from hbir.quantization.observers import (
     MovingAverageMinMaxObserver,
     PerChannelMinMaxObserver,
 )
+from hbir.quantization.pre_export import PreExportError, pre_export
 from hbir.quantization.prepare import UnsupportedOpError, prepare
 from hbir.quantization.qconfig import FakeQuantSpec, QConfig, QconfigSetter, get_qconfig
 from hbir.quantization.rounding import get_round_mode, is_legacy_round, set_round_mode
@@ -31,6 +34,7 @@ from hbir.quantization.tracing import PrepareError
 __all__ = [
     "ConsistencyStrategy",
     "DeQuantStub",
+    "ExportError",
     "FakeQuantSpec",
     "FakeQuantState",
     "FakeQuantize",
@@ -39,16 +43,19 @@ __all__ = [
     "MinMaxObserver",
     "MovingAverageMinMaxObserver",
     "PerChannelMinMaxObserver",
+    "PreExportError",
     "PrepareError",
     "QConfig",
     "QconfigSetter",
     "QuantDType",
     "QuantStub",
     "UnsupportedOpError",
+    "export",
     "fake_quantize",
     "get_qconfig",
     "get_round_mode",
     "is_legacy_round",
+    "pre_export",
     "prepare",
     "qint16",
     "qint32",
