@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 from xdsl.dialects.builtin import (
     I64,
     AnyFloat,
@@ -111,17 +110,20 @@ def is_int(t: Attribute) -> bool:
     return isinstance(t, IntegerType)
 
 
+# numpy has no bf16: its values are carried as float32.
 _FLOAT_DTYPES = {
-    Float16Type: np.float16,
-    Float32Type: np.float32,
-    Float64Type: np.float64,
-    BFloat16Type: np.float32,  # numpy has no bf16: carried as float32 values
+    Float16Type: "float16",
+    Float32Type: "float32",
+    Float64Type: "float64",
+    BFloat16Type: "float32",
 }
 
 
 @functools.cache
-def numpy_dtype(element: Attribute) -> np.dtype:
+def numpy_dtype(element: Attribute):
     """The numpy dtype holding tensors of an element type (signless ints: signed)."""
+    import numpy as np  # here, so that loading the dialect does not load numpy
+
     if isinstance(element, IntegerType):
         width = element.width.data
         if width not in (8, 16, 32, 64):

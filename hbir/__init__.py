@@ -10,15 +10,28 @@ from hbir.diagnostics import (
     HbirParseError,
     HbirVerifyError,
 )
-from hbir.module import (
-    Argument,
-    FeedError,
-    Function,
-    Module,
-    load,
-    save,
-    statistics,
-)
+
+# The model API (numpy, the interpreter) loads on first use, so tools that only
+# parse and print (``hbir-opt --help``) start fast.
+_LAZY = {
+    "Argument": "hbir.module",
+    "FeedError": "hbir.module",
+    "Function": "hbir.module",
+    "Module": "hbir.module",
+    "load": "hbir.module",
+    "save": "hbir.module",
+    "statistics": "hbir.module",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hbir' has no attribute {name!r}")
 
 __all__ = [
     "Argument",

@@ -35,6 +35,7 @@ def test_help_imports_no_torch():
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "assert 'hbir.runtime.interpreter' not in sys.modules\n"
+        "assert 'numpy' not in sys.modules, 'numpy slows start-up'\n"
     )
     res = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
