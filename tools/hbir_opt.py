@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import ArgSpecParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from hbir import diagnostics, files
@@ -174,7 +175,7 @@ def main(args: Sequence[str] | None = None) -> None:
     except (diagnostics.HbirError, PassRegistryError) as e:
         print(e, file=sys.stderr)
         sys.exit(1)
-    except ValueError as e:
+    except (ValueError, ArgSpecParseError) as e:
         # Unknown passes, malformed pass options, unknown file extensions.
         print(f"hbir-opt: error: {e}", file=sys.stderr)
         sys.exit(1)

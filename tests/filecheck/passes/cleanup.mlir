@@ -45,3 +45,9 @@ func.func @keeps(%x: tensor<2x8xf32>) -> tensor<16xsi32> {
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["aggressive"] not found in expected arguments []
+
+// A malformed option value is a located message too, not a traceback.
+// RUN: not hbir-opt %s -p 'cleanup{x=1..3}' 2>&1 | filecheck %s --check-prefix=BADSPEC
+// BADSPEC: hbir-opt: error: Error parsing pass pipeline specification:
+// BADSPEC: Unknown token
+// BADSPEC-NOT: Traceback
