@@ -1465,10 +1465,18 @@ class CastOp(IRDLOperation):
 
 @irdl_op_definition
 class LutOp(IRDLOperation):
-    """Table lookup on int8 codes: ``y = table[x + 128]`` (256 entries).
+    """Table lookup on integer codes.
 
-    Produced by convert from the float nonlinear ops; the table is exact by
+    int8 input, direct table: ``y = table[x + 128]`` (256 entries), exact by
     construction (``table[q] = quantize(f(q * s_in), s_out)``).
+
+    int16 input, segmented table: the fields of ``numerics.LutTable.to_arrays``
+    as properties (``function``, ``kind``, ``rounding``, ``in_scale``,
+    ``out_scale``, ``in_bits``, ``out_bits``, ``num_tables``, ``frac_bits``,
+    ``phase_mult``, ``phase_shift``, ``phase_bits``, ``octave_step``, ``starts``,
+    ``offsets``, ``slopes``); the result is ``numerics.apply_lut`` of that table,
+    integer interpolation with one rounding shift, exactly what ``pre_export``
+    computes.
 
     ``%y = hbir.lut %x {table = dense<...> : tensor<256xsi8>} : tensor<4xsi8> ->
     tensor<4xsi8>``
@@ -1478,22 +1486,98 @@ class LutOp(IRDLOperation):
 
     input = operand_def(AnyTensorTypeConstr)
     output = result_def(AnyTensorTypeConstr)
-    table = prop_def(DenseIntOrFPElementsAttr)
+    table = opt_prop_def(DenseIntOrFPElementsAttr)
+    function = opt_prop_def(StringAttr)
+    kind = opt_prop_def(StringAttr)
+    rounding = opt_prop_def(StringAttr)
+    in_scale = opt_prop_def(FloatAttr)
+    out_scale = opt_prop_def(FloatAttr)
+    in_bits = opt_prop_def(IntegerAttr[I64])
+    out_bits = opt_prop_def(IntegerAttr[I64])
+    num_tables = opt_prop_def(IntegerAttr[I64])
+    frac_bits = opt_prop_def(IntegerAttr[I64])
+    phase_mult = opt_prop_def(IntegerAttr[I64])
+    phase_shift = opt_prop_def(IntegerAttr[I64])
+    phase_bits = opt_prop_def(IntegerAttr[I64])
+    octave_step = opt_prop_def(IntegerAttr[I64])
+    starts = opt_prop_def(DenseArrayBase[I64])
+    offsets = opt_prop_def(DenseArrayBase[I64])
+    slopes = opt_prop_def(DenseArrayBase[I64])
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = MAP_FORMAT
 
-    def __init__(self, input: Value, table: DenseIntOrFPElementsAttr):
-        element = table.get_type().element_type
+    SEGMENT_FIELDS: ClassVar = (
+        "function",
+        "kind",
+        "rounding",
+        "in_scale",
+        "out_scale",
+        "in_bits",
+        "out_bits",
+        "num_tables",
+        "frac_bits",
+        "phase_mult",
+        "phase_shift",
+        "phase_bits",
+        "octave_step",
+        "starts",
+        "offsets",
+        "slopes",
+    )
+
+    def __init__(
+        self,
+        input: Value,
+        table: DenseIntOrFPElementsAttr | None = None,
+        segments: dict[str, Attribute] | None = None,
+        element_type: Attribute | None = None,
+    ):
+        if table is not None:
+            element = table.get_type().element_type
+            properties: dict[str, Attribute] = {"table": table}
+        else:
+            assert segments is not None and element_type is not None
+            element, properties = element_type, dict(segments)
         super().__init__(
             operands=[input],
             result_types=[with_shape(input, shape_of(input), element)],
-            properties={"table": table},
+            properties=properties,
         )
 
     def verify_(self) -> None:
         x = tensor_type(self.input).element_type
+        out = tensor_type(self.output)
+        if shape_of(self.output) != shape_of(self.input):
+            raise VerifyException("result must have the input shape")
+        present = [getattr(self, n) is not None for n in self.SEGMENT_FIELDS]
+        if self.table is None:
+            if not all(present):
+                missing = [
+                    n
+                    for n, p in zip(self.SEGMENT_FIELDS, present, strict=True)
+                    if not p
+                ]
+                raise VerifyException(
+                    f"needs a table or segment fields; lacks {', '.join(missing)}"
+                )
+            if x != si(16):
+                raise VerifyException(f"segmented table input must be si16, got {x}")
+            for name in ("in_bits", "out_bits"):
+                bits = getattr(self, name).value.data
+                if bits not in (8, 16):
+                    raise VerifyException(f"{name} must be 8 or 16, got {bits}")
+            if self.in_bits.value.data != 16:
+                raise VerifyException("segmented tables take 16-bit input codes")
+            if out.element_type != si(self.out_bits.value.data):
+                raise VerifyException(
+                    f"result must be si{self.out_bits.value.data}, "
+                    f"got {out.element_type}"
+                )
+            return
+        if any(present):
+            raise VerifyException("a direct table takes no segment fields")
         if x != si(8):
             raise VerifyException(f"input must be si8, got {x}")
         table = self.table.get_type()
@@ -1506,10 +1590,7 @@ class LutOp(IRDLOperation):
             raise VerifyException(
                 f"table must be si8 or si16, got {table.element_type}"
             )
-        out = tensor_type(self.output)
-        if out.element_type != table.element_type or shape_of(self.output) != shape_of(
-            self.input
-        ):
+        if out.element_type != table.element_type:
             raise VerifyException("result must have the input shape and the table type")
 
 

@@ -167,7 +167,9 @@ def main() -> None:
     for stage, values in logits.items():
         accuracy = (values.argmax(1) == labels).mean()
         agreement = (values.argmax(1) == reference).mean()
-        diff = "-" if previous is None else f"{np.abs(values - previous).max() / lsb:.2f}"
+        diff = "-"
+        if previous is not None:
+            diff = f"{np.abs(values - previous).max() / lsb:.2f}"
         print(f"{stage:<14} | {accuracy:>8.2%} | {agreement:>14.2%} | {diff:>15}")
         previous = values
     print(f"\nartifacts in {out}/; done in {time.perf_counter() - start:.1f} s")

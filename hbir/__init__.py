@@ -15,6 +15,7 @@ from hbir.diagnostics import (
 # parse and print (``hbir-opt --help``) start fast.
 _LAZY = {
     "Argument": "hbir.module",
+    "convert": "hbir.convert",
     "FeedError": "hbir.module",
     "Function": "hbir.module",
     "Module": "hbir.module",
@@ -33,8 +34,10 @@ def __getattr__(name: str):
         return value
     raise AttributeError(f"module 'hbir' has no attribute {name!r}")
 
+
 __all__ = [
     "Argument",
+    "convert",
     "FeedError",
     "Function",
     "HbirError",

@@ -31,7 +31,39 @@ def _cache_dense_type_constraint() -> None:
         attribute_parser.base = functools.cache(attribute_parser.base)
 
 
+def _print_finite_floats_in_decimal() -> None:
+    """Work around an xDSL 0.74 round-trip bug: a finite float whose shortest exact
+    form has no '.' (``-1048576.0`` at 17 digits) prints as a hex bit pattern, which
+    xDSL's own parser rejects inside ``array<f64: ...>``. Print such values as
+    ``%.17e`` (``%.9e`` for f32) instead: exact, and valid MLIR everywhere."""
+    import math
+
+    from xdsl.dialects.builtin import Float32Type, Float64Type
+    from xdsl.printer import Printer
+
+    original = Printer.print_float
+    if getattr(original, "_hbir_decimal", False):
+        return
+
+    def print_float(self, value, type):
+        if math.isfinite(value) and isinstance(type, Float32Type | Float64Type):
+            short = f"{value:.5e}"
+            at = short.find("e")
+            short = short[:at] + "0" + short[at:]
+            if type.unpack(type.pack([float(short)]), 1)[0] != value:
+                digits = 17 if isinstance(type, Float64Type) else 9
+                text = f"{value:.{digits}g}"
+                if "." not in text:
+                    self.print_string(f"{value:.{digits - 1}e}")
+                    return
+        original(self, value, type)
+
+    print_float._hbir_decimal = True
+    Printer.print_float = print_float
+
+
 _cache_dense_type_constraint()
+_print_finite_floats_in_decimal()
 
 
 class HbirError(Exception):

@@ -303,6 +303,51 @@ def save(module: Module, path: str | os.PathLike) -> None:
     files.save_module(module._op, path)
 
 
-def statistics(module: Module) -> dict[str, dict[str, int]]:
-    """Op counts per function: ``{"forward": {"hbir.conv2d": 3, ...}}``."""
-    return {f.name: f.statistics() for f in module.functions}
+def statistics(
+    module: Module, by_device: bool = False
+) -> dict[str, dict[str, int]] | dict[str, dict[str, dict[str, int]]]:
+    """Op counts per function: ``{"forward": {"hbir.conv2d": 3, ...}}``.
+
+    With ``by_device=True`` the counts are split by where each op runs:
+    ``{"forward": {"npu": {...}, "cpu": {...}}}`` (see ``op_device``).
+    """
+    if not by_device:
+        return {f.name: f.statistics() for f in module.functions}
+    result = {}
+    for f in module.functions:
+        counts: dict[str, dict[str, int]] = {"npu": {}, "cpu": {}}
+        for op in f.op.walk():
+            if op is f.op or op.name == "func.return":
+                continue
+            device = counts[op_device(op)]
+            device[op.name] = device.get(op.name, 0) + 1
+        result[f.name] = {k: dict(sorted(v.items())) for k, v in counts.items()}
+    return result
+
+
+# Ops at a float island's edge or holding data; they run where their codes live.
+_BOUNDARY_OPS = ("qnt.quantize", "qnt.dequantize", "hbir.constant")
+
+
+def op_device(op) -> str:
+    """ "cpu" for float compute (a float island, or marked by check-march), else
+    "npu". Quantize / dequantize (the NPU's vector unit converts at the island
+    edges) and constants count as NPU."""
+    device = op.attributes.get("hbir.device")
+    if isinstance(device, StringAttr):
+        return device.data
+    if op.name in _BOUNDARY_OPS:
+        return "npu"
+    values = list(op.results) + list(op.operands)
+    if any(
+        isinstance(v.type, TensorType) and _is_float_type(v.type.element_type)
+        for v in values
+    ):
+        return "cpu"
+    return "npu"
+
+
+def _is_float_type(element: Attribute) -> bool:
+    from hbir.dialects.hbir import is_float
+
+    return is_float(element)

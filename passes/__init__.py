@@ -23,6 +23,19 @@ PassFactory = Callable[[], type[ModulePass]]
 # name -> (module, class). A pass lives in passes/<name with _>.py.
 _OURS: dict[str, tuple[str, str]] = {
     "cleanup": ("hbir.passes.cleanup", "CleanupPass"),
+    "expand-fake-quant": ("hbir.passes.expand_fake_quant", "ExpandFakeQuantPass"),
+    "check-march": ("hbir.passes.check_march", "CheckMarchPass"),
+    "sink-dequantize": ("hbir.passes.sink_dequantize", "SinkDequantizePass"),
+    "convert-gemm": ("hbir.passes.convert_gemm", "ConvertGemmPass"),
+    "convert-elementwise": (
+        "hbir.passes.convert_elementwise",
+        "ConvertElementwisePass",
+    ),
+    "convert-pool": ("hbir.passes.convert_pool", "ConvertPoolPass"),
+    "convert-lut": ("hbir.passes.convert_lut", "ConvertLutPass"),
+    "fold-requantize": ("hbir.passes.fold_requantize", "FoldRequantizePass"),
+    "convert": ("hbir.passes.convert", "ConvertPass"),
+    "remove-fake-quant": ("hbir.passes.remove_fake_quant", "RemoveFakeQuantPass"),
 }
 
 _registered: dict[str, PassFactory] = {}

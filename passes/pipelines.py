@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PHASES: dict[str, list[str]] = {
     "export": [],
-    "convert": [],
+    "convert": ["convert{march=nash-e}"],
     "compile": [],
 }
 

@@ -484,7 +484,36 @@ def _cast(op: hbir.CastOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def _lut(op: hbir.LutOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    return (dense_array(op.table)[x.astype(np.int64) + 128],)
+    """int8: a direct 256-entry table. int16: ``numerics.apply_lut`` of the
+    segmented table the op's properties hold (``LutTable.to_arrays`` fields)."""
+    if op.table is not None:
+        return (dense_array(op.table)[x.astype(np.int64) + 128],)
+    table = numerics.LutTable.from_arrays(_lut_arrays(op))
+    y = numerics.apply_lut(table, x.astype(np.int64))
+    return (y.astype(numpy_dtype(_element(op.output))),)
+
+
+def _lut_arrays(op: hbir.LutOp) -> dict[str, np.ndarray | int]:
+    """The op's segment properties as ``LutTable.from_arrays`` expects them."""
+
+    def f32_bits(attr) -> int:
+        return int(np.float32(attr.value.data).view(np.uint32))
+
+    arrays: dict[str, np.ndarray | int] = {
+        "op": numerics.LUT_OPS.index(op.function.data),
+        "kind": numerics.LUT_KINDS.index(op.kind.data),
+        "rounding": (numerics.HALF_EVEN, numerics.HALF_UP).index(op.rounding.data),
+        "in_scale": f32_bits(op.in_scale),
+        "out_scale": f32_bits(op.out_scale),
+        "entries": np.zeros(0, np.int64),
+    }
+    for name in ("in_bits", "out_bits", "num_tables", "frac_bits"):
+        arrays[name] = getattr(op, name).value.data
+    for name in ("phase_mult", "phase_shift", "phase_bits", "octave_step"):
+        arrays[name] = getattr(op, name).value.data
+    for name in ("starts", "offsets", "slopes"):
+        arrays[name] = np.asarray(getattr(op, name).get_values(), np.int64)
+    return arrays
 
 
 # ------------------------------------------------------------------ image input
@@ -556,7 +585,9 @@ def _quantize(op: qnt.QuantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 def _dequantize(op: qnt.DequantizeOp, q: np.ndarray) -> tuple[np.ndarray, ...]:
     scales = np.asarray(op.scales.get_values(), np.float32)
-    y = numerics.dequantize(q, scales, np.asarray(op.zeros.get_values()), _axis(op))
+    zeros = np.asarray(op.zeros.get_values())
+    dtype = np.float64 if numpy_dtype(_element(op.output)) == np.float64 else np.float32
+    y = numerics.dequantize(q, scales, zeros, _axis(op), dtype)
     return (_float_out(op, y),)
 
 

@@ -1,0 +1,56 @@
+"""convert: fake-quant HBIR (qat.bc) to true fixed point (quantized.bc).
+
+Runs, in order (each is its own pass, runnable alone through hbir-opt)::
+
+    expand-fake-quant     const_fake_quant -> quantize + dequantize; constants folded
+    check-march           ops the march cannot run are marked for the CPU
+    sink-dequantize       dequantize moves past data movement / max / concat
+    convert-gemm          conv, conv_transpose, linear, matmul -> int + requantize
+    convert-elementwise   add / sub (common grid), mul (product) -> int + requantize
+    convert-pool          avg pool, global avg pool, mean, sum -> int + requantize
+    convert-lut           table-configured nonlinear ops -> hbir.lut
+    sink-dequantize       again, behind the freshly lowered ops
+    fold-requantize       quantize(dequantize) -> requantize; dead ops removed
+
+and records ``hbir.march`` on the module. What no pass lowers stays float between
+``qnt.dequantize`` and ``qnt.quantize``: a CPU island. The model's float inputs
+keep their ``qnt.quantize`` and its float outputs their ``qnt.dequantize``.
+
+Before::
+
+    %1 = qnt.const_fake_quant %0 {min = array<f64: -1.0>, max = array<f64:
+        0.9921875>, bits = 8 : i64} : tensor<4xf32>
+    %2 = hbir.relu %1 : tensor<4xf32>
+    %3 = qnt.const_fake_quant %2 {min = array<f64: -2.0>, max = array<f64:
+        1.984375>, bits = 8 : i64} : tensor<4xf32>
+
+After::
+
+    %1 = qnt.quantize %0 {scales = array<f32: 0.0078125>, ...} : ... -> tensor<4xsi8>
+    %2 = qnt.requantize %1 {multiplier = array<i64: 1073741824>, shift =
+        array<i64: 32>, clip = array<i64: 0, 127>} : ... -> tensor<4xsi8>
+    %3 = qnt.dequantize %2 {scales = array<f32: 0.015625>, ...} : ... ->
+        tensor<4xf32>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+
+@dataclass(frozen=True)
+class ConvertPass(ModulePass):
+    """Convert fake-quant HBIR to fixed point for a march (the convert phase)."""
+
+    name = "convert"
+
+    march: str = "nash-e"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from hbir.passes.convert_impl import ConvertPassImpl
+
+        ConvertPassImpl(self.march).apply(ctx, op)

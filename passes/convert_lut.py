@@ -1,0 +1,48 @@
+"""convert-lut: nonlinear ops with a table configuration -> ``hbir.lut``.
+
+A LUT-ready op (``hbir.sigmoid``, ``hbir.exp``, ... carrying ``num_tables`` and
+its input / output scale and bits, as export writes it) on dequantized codes of
+its input grid becomes ``hbir.lut`` on those codes, with the very table
+``pre_export`` evaluates: ``numerics.build_lut`` of the same configuration and
+the model's rounding mode. int8 input: the 256 direct entries; int16 input: the
+segmented table's ``LutTable.to_arrays`` fields. The result is dequantized at the
+output scale, so the fake quantization after it folds away.
+
+Before::
+
+    %x = qnt.dequantize %xq {scales = array<f32: 0.0625>, ...} : tensor<4xsi8> ->
+        tensor<4xf32>
+    %y = hbir.sigmoid %x {num_tables = 24 : i64, in_scale = 6.25e-02 : f64,
+        in_bits = 8 : i64, out_scale = 3.90625e-03 : f64, out_bits = 8 : i64} :
+        tensor<4xf32>
+
+After::
+
+    %0 = hbir.lut %xq {table = dense<[...]> : tensor<256xsi8>} : tensor<4xsi8> ->
+        tensor<4xsi8>
+    %y = qnt.dequantize %0 {scales = array<f32: 0.00390625>, ...} :
+        tensor<4xsi8> -> tensor<4xf32>
+
+Ops without a table configuration, or whose input grid differs from the
+configuration's, stay float.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+
+@dataclass(frozen=True)
+class ConvertLutPass(ModulePass):
+    """Replace LUT-ready nonlinear ops by hbir.lut with pre_export's tables."""
+
+    name = "convert-lut"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from hbir.passes.convert_lut_impl import ConvertLutPassImpl
+
+        ConvertLutPassImpl().apply(ctx, op)

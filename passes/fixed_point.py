@@ -1,0 +1,288 @@
+"""The shared vocabulary of the convert passes (not a pass itself).
+
+Convert works on the *quantize / dequantize* form of a model: ``expand-fake-quant``
+rewrites every ``qnt.const_fake_quant`` into ``qnt.quantize`` followed by
+``qnt.dequantize`` (the same numbers), so every float value that fake quantization
+produced is visibly ``dequantize(codes, scale)``. A lowering pass then replaces
+
+    quantize(relu/clip*(float_op(dequantize(a), dequantize(b))))
+
+by ``requantize(integer_op(a, b))``: the integer op is exact and the requantization
+rounds once, from the exact accumulator, with a multiplier derived in float64 from
+the float32 scales (``numerics.quantize_multiplier``). Ops no pass lowers stay float
+between a dequantize and a quantize: a float CPU island.
+
+The helpers below read that form: which codes and scales feed a float value, which
+quantize (through relu / clip) consumes it, and how to build a requantization.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter
+from xdsl.rewriter import InsertPoint
+
+from hbir.dialects import hbir, qnt
+from hbir.dialects.hbir import si, tensor_type
+from hbir.runtime import numerics
+
+ATTR_DEVICE = "hbir.device"
+ATTR_CPU_REASON = "hbir.cpu_reason"
+ATTR_LEGACY_ROUND = "hbir.legacy_round"
+ATTR_FUSE_REQUANTIZE = "hbir.fuse_requantize"
+
+
+@dataclass
+class Codes:
+    """A float value that is ``dequantize(codes)``: the codes and their grid."""
+
+    codes: SSAValue
+    scales: np.ndarray  # float32, one per tensor or per channel
+    axis: int | None
+    bits: int
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.scales.size == 1
+
+
+def codes_of(value: SSAValue) -> Codes | None:
+    """The codes behind a float value produced by a zero-point-0 dequantize."""
+    op = value.owner
+    if not isinstance(op, qnt.DequantizeOp) or any(op.zeros.get_values()):
+        return None
+    axis = None if op.axis is None else op.axis.value.data
+    if axis is not None and axis < 0:
+        axis += len(hbir.shape_of(op.input))
+    element = tensor_type(op.input).element_type
+    return Codes(
+        op.input,
+        np.asarray(op.scales.get_values(), np.float32),
+        axis,
+        element.width.data,
+    )
+
+
+@dataclass
+class Consumer:
+    """The quantize that ends a float op's result, and the relu / clip on the way."""
+
+    quantize: qnt.QuantizeOp
+    chain: list[Operation]
+    clip: tuple[int, int] | None  # in output codes; None when nothing clips
+
+    @property
+    def scale(self) -> float:
+        return float(np.float32(self.quantize.scales.get_values()[0]))
+
+    @property
+    def element(self) -> Attribute:
+        return tensor_type(self.quantize.output).element_type
+
+
+def _single_use(value: SSAValue) -> Operation | None:
+    uses = list(value.uses)
+    return uses[0].operation if len(uses) == 1 else None
+
+
+def consumer_of(value: SSAValue, rounding: str) -> Consumer | None:
+    """The per-tensor, zero-point-0 quantize reached through single-use relu / clip."""
+    chain: list[Operation] = []
+    lo, hi = -math.inf, math.inf
+    user = _single_use(value)
+    while isinstance(user, hbir.ReluOp | hbir.ClipOp):
+        if is_cpu(user):
+            return None
+        if isinstance(user, hbir.ReluOp):
+            lo = max(lo, 0.0)
+        else:
+            lo, hi = max(lo, user.min.value.data), min(hi, user.max.value.data)
+        chain.append(user)
+        user = _single_use(user.output)
+    if not isinstance(user, qnt.QuantizeOp) or user.axis is not None:
+        return None
+    if any(user.zeros.get_values()) or user.narrowRange.value.data:
+        return None
+    if chain and chain[-1].results[0] is not user.input:
+        return None
+    clip = None
+    if chain:
+        scale = np.float32(user.scales.get_values()[0])
+        width = tensor_type(user.output).element_type.width.data
+        qmin, qmax = numerics.qrange(width)
+        bounds = [
+            int(numerics.quantize(np.float32(b), scale, 0, qmin, qmax, mode=rounding))
+            if math.isfinite(b)
+            else (qmin if b < 0 else qmax)
+            for b in (lo, hi)
+        ]
+        clip = (bounds[0], bounds[1])
+    return Consumer(user, chain, clip)
+
+
+def rounding_of(op: Operation) -> str:
+    """half_up when the module has ``hbir.legacy_round = true``."""
+    return (
+        numerics.HALF_UP
+        if _module_flag(op, ATTR_LEGACY_ROUND, False)
+        else (numerics.HALF_EVEN)
+    )
+
+
+def fuses_requantize(op: Operation) -> bool:
+    """False at consistency level 0 (``hbir.fuse_requantize = false``)."""
+    return _module_flag(op, ATTR_FUSE_REQUANTIZE, True)
+
+
+def _module_flag(op: Operation, name: str, default: bool) -> bool:
+    module = op
+    while module is not None and not isinstance(module, ModuleOp):
+        module = module.parent_op()
+    if module is None:
+        return default
+    attr = module.attributes.get(name)
+    return bool(attr.value.data) if isinstance(attr, IntegerAttr) else default
+
+
+def is_cpu(op: Operation) -> bool:
+    """Marked by check-march as something the march cannot run."""
+    device = op.attributes.get(ATTR_DEVICE)
+    return isinstance(device, StringAttr) and device.data == "cpu"
+
+
+def multipliers(real: np.ndarray) -> tuple[list[int], list[int]]:
+    """Per-channel (multiplier, shift) with ``multiplier / 2**shift ~= real``.
+
+    A zero scale (an all-zero weight channel) becomes multiplier 0.
+    """
+    ms, ss = [], []
+    for r in np.asarray(real, np.float64).reshape(-1):
+        if r == 0:
+            ms.append(0)
+            ss.append(0)
+            continue
+        m, s = numerics.quantize_multiplier(float(r))
+        while s > 62:  # tiny scales: give up low multiplier bits, keep the range
+            m, s = m >> 1, s - 1
+        ms.append(m)
+        ss.append(s)
+    return ms, ss
+
+
+def requantize(
+    value: SSAValue,
+    real: np.ndarray,
+    element: Attribute,
+    rounding: str,
+    axis: int | None = None,
+    clip: tuple[int, int] | None = None,
+) -> qnt.RequantizeOp:
+    """``round(value * real)`` into ``element``: one rounding, per channel if needed."""
+    real = np.asarray(real, np.float64).reshape(-1)
+    if real.size > 1 and np.all(real == real[0]):
+        real = real[:1]
+    ms, ss = multipliers(real)
+    return qnt.RequantizeOp(
+        value,
+        element,
+        ms,
+        ss,
+        axis=axis if len(ms) > 1 else None,
+        clip=clip,
+        rounding=rounding,
+    )
+
+
+def replace_quantized(
+    rewriter: PatternRewriter,
+    op: Operation,
+    consumer: Consumer,
+    new_ops: list[Operation],
+    result: SSAValue,
+    clip_ops: list[Operation] | None = None,
+) -> None:
+    """Insert ``new_ops`` before ``op``; ``result`` replaces the consumer's codes.
+
+    The float op, its relu / clip chain and the quantize are erased.
+    """
+    for new in new_ops + (clip_ops or []):
+        new.location = op.location
+        rewriter.insert_op(new, InsertPoint.before(op))
+    rewriter.replace_all_uses_with(consumer.quantize.output, result)
+    rewriter.erase(consumer.quantize)
+    for chained in reversed(consumer.chain):
+        rewriter.erase(chained)
+    rewriter.erase(op)
+
+
+def finish(
+    acc: SSAValue,
+    real: np.ndarray,
+    consumer: Consumer,
+    rounding: str,
+    fuse: bool,
+    axis: int | None = None,
+) -> list[Operation]:
+    """The requantization that ends a lowered op, relu / clip folded or not.
+
+    With fusion (the default) the relu / clip is the requantization's ``clip``.
+    Without (consistency level 0) the requantization saturates to the type and a
+    separate integer ``hbir.clip`` follows: the same numbers, since rounding is
+    monotone and clamping commutes with it.
+    """
+    if fuse or consumer.clip is None:
+        return [requantize(acc, real, consumer.element, rounding, axis, consumer.clip)]
+    req = requantize(acc, real, consumer.element, rounding, axis)
+    lo, hi = consumer.clip
+    clip = hbir.ClipOp(req.output, float(lo), float(hi))
+    return [req, clip]
+
+
+def int_constant(values: np.ndarray, width: int) -> hbir.ConstantOp:
+    """A signed integer constant (values must already fit)."""
+    values = np.asarray(values, np.int64)
+    lo, hi = numerics.qrange(width)
+    assert values.size == 0 or (values.min() >= lo and values.max() <= hi)
+    t = TensorType(si(width), list(values.shape))
+    data = values.astype(hbir.numpy_dtype(si(width))).tobytes()
+    return hbir.ConstantOp(DenseIntOrFPElementsAttr(t, BytesAttr(data)))
+
+
+def float_constant(value: SSAValue) -> np.ndarray | None:
+    """The values of a float ``hbir.constant`` (None for anything else)."""
+    op = value.owner
+    if not isinstance(op, hbir.ConstantOp) or not hbir.is_float(op.output.type):
+        return None
+    return dense_values(op.value).astype(np.float64)
+
+
+def dense_values(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
+    """A dense attribute as a numpy array of its type's shape (splats expanded)."""
+    t = attr.get_type()
+    shape = tuple(t.get_shape())
+    flat = np.frombuffer(attr.data.data, hbir.numpy_dtype(t.element_type))
+    if flat.size == 1 and int(np.prod(shape)) != 1:
+        return np.full(shape, flat[0])
+    return flat.reshape(shape).copy()
+
+
+def widen(value: SSAValue, width: int = 32) -> hbir.CastOp:
+    """An exact integer widening cast (saturation cannot trigger)."""
+    return hbir.CastOp(value, si(width))
+
+
+def bool_attr(v: bool) -> BoolAttr:
+    return BoolAttr.from_bool(v)

@@ -1,0 +1,190 @@
+"""convert: qat.bc -> quantized.bc on the zoo, hbir-opt equality, march, islands."""
+
+import subprocess
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import zoo
+from zoo_stages import calibrated
+
+import hbir
+from hbir.quantization import export
+
+SEEDS = 5
+
+
+def _outputs(f, inputs):
+    out = f(*inputs)
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _output_scales(quantized):
+    ret = list(quantized["forward"].op.body.block.ops)[-1]
+    return [float(v.owner.scales.get_values()[0]) for v in ret.operands]
+
+
+def _compare(name, tmp_path, level):
+    qat, example = calibrated(name, tmp_path, level=level, qat_steps=2)
+    qat_bc = export(qat, example)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    scales = _output_scales(quantized)
+    worst, same, total = 0, 0, 0
+    for seed in range(SEEDS):
+        inputs = zoo.batches(name, 1, batch=len(example[0]), seed=100 + seed)[0]
+        want = _outputs(qat_bc["forward"], inputs)
+        got = _outputs(quantized["forward"], inputs)
+        for w, g, s in zip(want, got, scales, strict=True):
+            lsb = np.rint(np.abs(w.astype(np.float64) - g.astype(np.float64)) / s)
+            worst = max(worst, int(lsb.max()))
+            same += int((w == g).sum())
+            total += w.size
+    return worst, same / total
+
+
+DEFAULT_XFAIL = {"posenc": "an upstream 1-LSB flip is amplified by sin/cos tables"}
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_zoo_default_level_within_one_lsb(name, tmp_path):
+    if name in DEFAULT_XFAIL:
+        pytest.xfail(DEFAULT_XFAIL[name])
+    worst, identical = _compare(name, tmp_path, None)
+    assert worst <= 1 and identical >= 0.9999
+
+
+LEVEL2_XFAIL = {"transformer": "layer-norm affine keeps an unquantized float bias"}
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_zoo_level_2_is_bit_identical(name, tmp_path):
+    if name in LEVEL2_XFAIL:
+        pytest.xfail(LEVEL2_XFAIL[name])
+    worst, identical = _compare(name, tmp_path, 2)
+    assert worst == 0 and identical == 1.0
+
+
+def test_hbir_opt_convert_equals_hbir_convert(tmp_path):
+    qat, example = calibrated("resnet", tmp_path)
+    qat_bc = export(qat, example)
+    hbir.save(qat_bc, tmp_path / "qat.mlir")
+    quantized = hbir.convert(qat_bc, "nash-e")
+    for args in (["-p", "convert{march=nash-e}"], ["--compile-to=convert"]):
+        out = subprocess.run(
+            ["hbir-opt", str(tmp_path / "qat.mlir"), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert out.rstrip("\n") == quantized.module.get_asm().rstrip("\n")
+
+
+def test_quantized_feeds_and_round_trips_save_load(tmp_path):
+    qat, example = calibrated("multi_io", tmp_path)
+    quantized = hbir.convert(export(qat, example), "nash-e")
+    stats = hbir.statistics(quantized)["forward"]
+    assert "qnt.const_fake_quant" not in stats and stats["qnt.requantize"] > 0
+    hbir.save(quantized, tmp_path / "quantized.bc")
+    again = hbir.load(tmp_path / "quantized.bc")
+    assert again.module.get_asm() == quantized.module.get_asm()
+    feed = {
+        a.name: x.numpy() for a, x in zip(quantized[0].inputs, example, strict=True)
+    }
+    want = quantized["forward"].feed(feed)
+    got = again["forward"].feed(feed)
+    assert want.keys() == got.keys()
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
+def test_unknown_march_is_a_clear_error(tmp_path):
+    qat, example = calibrated("multi_io", tmp_path)
+    with pytest.raises(hbir.HbirError, match="unknown march 'nash-x'"):
+        hbir.convert(export(qat, example), "nash-x")
+
+
+# ---------------------------------------------------------------- hand-written IR
+
+LINEAR16 = """
+builtin.module {
+  func.func @forward(%x: tensor<2x4xf32>) -> tensor<2x3xf32> {
+    %xq = qnt.const_fake_quant %x {min = array<f64: -1.0>, max = array<f64:
+      0.999969482421875>, bits = 16 : i64} : tensor<2x4xf32>
+    %w = hbir.constant dense<[[0.5, -0.25, 0.125, 1.0], [0.3, 0.2, -0.1, 0.0],
+      [1.0, 1.0, 1.0, 1.0]]> : tensor<3x4xf32>
+    %wq = qnt.const_fake_quant %w {min = array<f64: -1.0>, max = array<f64:
+      0.999969482421875>, bits = BITS : i64} : tensor<3x4xf32>
+    %y = hbir.linear %xq, %wq : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>
+    %r = hbir.relu %y : tensor<2x3xf32>
+    %yq = qnt.const_fake_quant %r {min = array<f64: -4.0>, max = array<f64:
+      3.96875>, bits = 8 : i64} : tensor<2x3xf32>
+    func.return %yq : tensor<2x3xf32>
+  }
+}
+"""
+
+
+def _linear(bits, attrs=""):
+    text = LINEAR16.replace("BITS", str(bits))
+    if attrs:
+        text = text.replace(
+            "builtin.module {", f"builtin.module attributes {{{attrs}}} {{"
+        )
+    return hbir.Module.parse(text)
+
+
+def test_int16_by_int16_linear_is_a_cpu_island_with_advice(capsys):
+    quantized = hbir.convert(_linear(16), "nash-e", advice=True)
+    advice = capsys.readouterr().out
+    assert "'hbir.linear' runs on the CPU" in advice
+    assert "input and weight cannot both be int16 on nash-e" in advice
+    by_device = hbir.statistics(quantized, by_device=True)["forward"]
+    assert by_device["cpu"] == {"hbir.linear": 1, "hbir.relu": 1}
+    assert "hbir.linear" not in by_device["npu"]
+    # The island is fenced: dequantize before, quantize after.
+    assert by_device["npu"]["qnt.dequantize"] >= 2
+    assert by_device["npu"]["qnt.quantize"] >= 2
+
+
+def _reference_linear(x, s_out=2**-5):
+    """Independent integer reference: Fraction arithmetic, half-even, relu."""
+    s_x, s_w = Fraction(1, 2**15), Fraction(1, 2**15)
+    w = np.array([[0.5, -0.25, 0.125, 1.0], [0.3, 0.2, -0.1, 0.0], [1.0] * 4])
+    w_codes = [[round(Fraction(float(np.float32(v))) / s_w) for v in row] for row in w]
+    w_codes = [[min(max(c, -32768), 32767) for c in row] for row in w_codes]
+    out = np.zeros((2, 3), np.int64)
+    for i in range(2):
+        x_codes = [
+            min(max(round(Fraction(float(v)) / s_x), -32768), 32767) for v in x[i]
+        ]
+        for j in range(3):
+            acc = sum(a * b for a, b in zip(x_codes, w_codes[j], strict=True))
+            out[i, j] = min(max(round(acc * s_x * s_w / Fraction(s_out)), 0), 127)
+    return out
+
+
+def test_cpu_island_numbers_match_an_independent_integer_reference():
+    quantized = hbir.convert(_linear(16), "nash-e")
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (2, 4)).astype(np.float32)
+    got = quantized["forward"](x)
+    want = _reference_linear(x).astype(np.float64) * 2**-5
+    assert np.array_equal(got.astype(np.float64), want)
+
+
+def test_legacy_round_requantizes_half_up():
+    quantized = hbir.convert(_linear(8, "hbir.legacy_round = true"), "nash-e")
+    asm = quantized.module.get_asm()
+    assert 'rounding = "half_up"' in asm
+    assert "half_even" not in asm
+
+
+def test_level_0_keeps_clip_apart_with_the_same_numbers():
+    fused = hbir.convert(_linear(8), "nash-e")
+    unfused = hbir.convert(
+        _linear(8, "hbir.high_precision_qpp = true, hbir.fuse_requantize = false"),
+        "nash-e",
+    )
+    assert "hbir.clip" in unfused.module.get_asm()
+    assert "hbir.clip" not in fused.module.get_asm()
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 4)).astype(np.float32)
+    assert np.array_equal(fused["forward"](x), unfused["forward"](x))
