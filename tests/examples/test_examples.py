@@ -1,0 +1,44 @@
+"""The README's main job and the quickstart run and say what they promise."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def run(script: str, tmp_path) -> str:
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+def test_digits_end_to_end(tmp_path):
+    out = run("digits_e2e.py", tmp_path)
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"(\S+)\s+\|\s+([\d.]+)%\s+\|\s+([\d.]+)%\s+\|\s+(\S+)", line)
+        if m:
+            rows[m.group(1)] = (float(m.group(2)), float(m.group(3)), m.group(4))
+    assert list(rows) == ["float", "qat.pt", "qat.export.pt", "qat.bc", "quantized.bc"]
+    assert rows["qat.bc"][2] == "0.00"  # bit-identical to qat.export.pt
+    assert float(rows["quantized.bc"][2]) <= 1.0  # <= 1 LSB from qat.bc
+    assert abs(rows["quantized.bc"][0] - rows["qat.pt"][0]) <= 0.5
+    assert rows["qat.pt"][0] > 95.0
+    for name in ("qat.pt", "qat.export.pt", "qat.bc", "quantized.bc"):
+        assert (tmp_path / name).stat().st_size > 0
+    for name in ("model_check_result.txt", "fx_graph.txt"):
+        assert (tmp_path / name).read_text().strip()
+
+
+def test_quickstart(tmp_path):
+    out = run("quickstart.py", tmp_path)
+    assert "bit-identical to torch on 64/64 images" in out
+    assert (tmp_path / "quickstart.bc").exists()
