@@ -42,6 +42,19 @@ def _gemm_reason(op: Operation, march: March) -> str | None:
     return None
 
 
+def _int32_bias(op: Operation, codes: fp.Codes | None) -> bool:
+    """An int32 constant added to an accumulator (the bias of an affine step).
+
+    Like a conv bias it joins the int32 accumulator, so no int32 operand is read.
+    """
+    return (
+        isinstance(op, hbir.AddOp | hbir.SubOp)
+        and codes is not None
+        and codes.bits == 32
+        and isinstance(codes.codes.owner, hbir.ConstantOp)
+    )
+
+
 def reason(op: Operation, march: March) -> str | None:
     """Why ``march`` cannot run ``op`` in fixed point, or None."""
     if isinstance(op, qnt.QuantizeOp | qnt.DequantizeOp | qnt.RequantizeOp):
@@ -49,6 +62,8 @@ def reason(op: Operation, march: March) -> str | None:
     operands = op.operands[:2] if isinstance(op, _GEMMS) else op.operands
     for v in operands:
         codes = fp.codes_of(v)
+        if _int32_bias(op, codes):
+            continue
         if codes is not None and codes.bits not in march.operand_bits:
             return f"int{codes.bits} operands are not supported on {march.name}"
     if isinstance(op, _GEMMS):

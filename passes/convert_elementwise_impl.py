@@ -65,12 +65,30 @@ def _channel_axes_ok(operands: list[_Operand], out_rank: int) -> bool:
     return len(axes) <= 1
 
 
+def _magnitude_bits(c: fp.Codes) -> int:
+    """A bound ``|codes| <= 2**b``: from the values of a constant, from the operand
+    widths of an integer product, else from the element type."""
+    owner = c.codes.owner
+    if isinstance(owner, hbir.ConstantOp):
+        values = fp.dense_values(owner.value).astype(np.int64)
+        return int(np.max(np.abs(values), initial=1)).bit_length()
+    if isinstance(owner, hbir.MulOp) and all(
+        isinstance(v.owner, hbir.CastOp) for v in owner.operands
+    ):
+        widths = [
+            tensor_type(v.owner.input).element_type.width.data for v in owner.operands
+        ]
+        return sum(w - 1 for w in widths)
+    return c.bits - 1
+
+
 def grid_exponent(operands: list[_Operand]) -> int:
     """The power-of-two grid 2**e that add / sub accumulate on (see module doc)."""
     coded = [o.codes for o in operands if o.codes is not None]
     exact = min(_exact_exponent(c.scales) for c in coded)
     extent = sum(
-        (1 << (c.bits - 1)) * float(np.max(c.scales.astype(np.float64))) for c in coded
+        2.0 ** _magnitude_bits(c) * float(np.max(c.scales.astype(np.float64)))
+        for c in coded
     )
     extent += sum(
         float(np.max(np.abs(o.constant), initial=0.0))
@@ -129,7 +147,7 @@ class LowerAddSub(RewritePattern):
     @staticmethod
     def _finish(rewriter, op, consumer, new, acc, acc_scale, rounding) -> None:
         if consumer is not None:
-            real = np.array([acc_scale / consumer.scale])
+            real = np.array([acc_scale * consumer.inv_scale])
             tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op))
             fp.replace_quantized(
                 rewriter, op, consumer, new + tail, tail[-1].results[0]
@@ -200,7 +218,7 @@ class LowerMul(RewritePattern):
         rounding = fp.rounding_of(op)
         consumer = fp.consumer_of(op.output, rounding)
         if consumer is not None:
-            real = scale / consumer.scale
+            real = scale * consumer.inv_scale
             tail = fp.finish(
                 product.output, real, consumer, rounding, fp.fuses_requantize(op), axis
             )

@@ -2,8 +2,8 @@
 
 ``quantize(relu/clip*(gemm(dequantize(x), dequantize(w), bias)))`` becomes an
 integer gemm (si8/si16 operands, exact si32 accumulator, si32 bias) and one
-requantization: ``y = clamp(round(acc * s_x * s_w[c] / s_y), lo, hi)`` with the
-multiplier from ``numerics.quantize_multiplier`` of that float64 ratio and one
+requantization: ``y = clamp(round(acc * s_x * s_w[c] * fl32(1/s_y)), lo, hi)`` with
+the multiplier from ``numerics.quantize_multiplier`` of that float64 product and one
 rounding (the model's mode).
 
 Bias: a dequantized int32 bias at exactly ``fl32(s_x) * fl32(s_w[c])`` (consistency

@@ -166,7 +166,7 @@ class LowerGemm(RewritePattern):
             # The bias on a finer grid, added after the gemm (see module doc).
             new += self._add_bias(acc, codes, fine, axis, rounding)
             acc = new[-1].results[0]
-        real = acc_scale * 2.0**-fine / np.float64(consumer.scale)
+        real = acc_scale * 2.0**-fine * consumer.inv_scale
         tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op), axis)
         fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
 

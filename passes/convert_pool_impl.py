@@ -64,7 +64,7 @@ class LowerPool(RewritePattern):
             out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
             total = hbir.ReduceSumOp(codes.codes, dims, keepdim, out)
             new, acc, real = [total], total.output, s_in / divisor
-        real = np.array([real / consumer.scale])
+        real = np.array([real * consumer.inv_scale])
         tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op))
         fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
 

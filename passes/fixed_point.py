@@ -9,8 +9,9 @@ produced is visibly ``dequantize(codes, scale)``. A lowering pass then replaces
 
 by ``requantize(integer_op(a, b))``: the integer op is exact and the requantization
 rounds once, from the exact accumulator, with a multiplier derived in float64 from
-the float32 scales (``numerics.quantize_multiplier``). Ops no pass lowers stay float
-between a dequantize and a quantize: a float CPU island.
+the float32 scales (``numerics.quantize_multiplier`` of ``s_acc * fl32(1/s_out)``,
+the factor quantization itself multiplies by, see ``inv_scale``). Ops no pass
+lowers stay float between a dequantize and a quantize: a float CPU island.
 
 The helpers below read that form: which codes and scales feed a float value, which
 quantize (through relu / clip) consumes it, and how to build a requantization.
@@ -89,8 +90,25 @@ class Consumer:
         return float(np.float32(self.quantize.scales.get_values()[0]))
 
     @property
+    def inv_scale(self) -> np.float64:
+        """``fl32(1/s)``: quantization multiplies by it (see ``inv_scale``)."""
+        return inv_scale(self.quantize.scales.get_values()[0])
+
+    @property
     def element(self) -> Attribute:
         return tensor_type(self.quantize.output).element_type
+
+
+def inv_scale(scale) -> np.float64:
+    """``fl32(1 / fl32(s))`` as float64: the factor quantization multiplies by.
+
+    ``numerics.quantize`` (and torch's fake quantization) compute ``x * fl32(1/s)``,
+    not ``x / s``; a requantization into scale ``s`` therefore rounds
+    ``acc * s_acc * fl32(1/s)``. With ``x / s`` instead, the two disagree wherever
+    ``acc * s_acc / s`` lies within ``2**-24`` (relative) of a rounding tie, which
+    exact ties (e.g. ``s_acc / s = 3/8``) hit often.
+    """
+    return np.float64(np.float32(1.0) / np.float32(scale))
 
 
 def _single_use(value: SSAValue) -> Operation | None:

@@ -1,10 +1,11 @@
 """fold-requantize: ``quantize(relu/clip*(dequantize(q)))`` -> ``requantize(q)``.
 
 The last lowering step: a quantization of a dequantized value becomes one integer
-rescale ``round(q * s_in / s_out)`` (``numerics.quantize_multiplier`` on the
-float64 ratio of the float32 scales, one rounding with the model's rounding mode),
-with a relu or clip on the way folded into the requantization's ``clip``; a
-rescale by exactly 1 with nothing to clip and the same type is no op at all.
+rescale ``round(q * s_in * fl32(1/s_out))`` (``numerics.quantize_multiplier`` on
+that float64 product of the float32 scales, as quantization multiplies by
+``fl32(1/s)``; one rounding with the model's rounding mode), with a relu or clip on
+the way folded into the requantization's ``clip``; a rescale between equal scales
+with nothing to clip and the same type is no op at all.
 Dead dequantizations disappear.
 
 Before::

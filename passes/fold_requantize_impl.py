@@ -41,7 +41,8 @@ class FoldRequantize(RewritePattern):
             if op.input is not value:
                 return
             consumer = fp.Consumer(op, [], None)
-        real = np.float64(codes.scales[0]) / np.float64(consumer.scale)
+        same_scale = np.float32(codes.scales[0]) == np.float32(consumer.scale)
+        real = 1.0 if same_scale else np.float64(codes.scales[0]) * consumer.inv_scale
         same_type = tensor_type(codes.codes).element_type == consumer.element
         if real == 1.0 and consumer.clip is None and same_type:
             rewriter.replace_all_uses_with(op.output, codes.codes)

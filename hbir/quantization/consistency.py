@@ -9,7 +9,9 @@ Set the level before ``prepare``; the prepared model records it as
   (high-precision requantization, no requantize fusion after convert).
 * 1: as 0, plus power-of-two activation scales.
 * 2: as 1, plus power-of-two weight scales, an int32-grid bias and exact (float64)
-  accumulation in conv/linear/matmul/add/sub/mul.
+  accumulation in conv/linear/matmul/add/sub/mul/mean/sum and the layer-norm /
+  batch-norm affine step (below level 2, add/sub/mul/matmul/mean/sum already run in
+  float64 on their exact dequantized inputs: ``exact_inputs``).
 
 Levels are cumulative. Level 2 makes the fake-quant forward of the GEMM-like ops equal
 the integer kernel bit for bit (numerics-research section 1.5, E7): with power-of-two

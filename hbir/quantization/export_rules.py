@@ -146,14 +146,26 @@ def _linear(mod, x, w, b):
 
 
 def _affine(ex: Exporter, node: fx.Node):
+    """``x * w + b``; exact (level 2) like the weight layers (``_weight_layer``)."""
     mod = _module(ex, node)
-    (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+    x = ex.tensor(node.args[0])
+    dtype = ex.dtype(x)
+    (x,) = _inputs(ex, mod, [x])
     shape = tuple(torch.empty(mod.weight.shape).reshape(mod.view_shape).shape)
-    w = ex.emit(hb.ReshapeOp(_weight(ex, mod), shape))
-    y = ex.emit(hb.MulOp(x, w))
-    if mod.bias is not None:
-        y = ex.emit(hb.AddOp(y, ex.constant(mod.bias.detach().reshape(shape))))
-    return _output(ex, mod, y)
+    w = _weight(ex, mod)
+    b = _bias(ex, mod, mod.exact)
+    if mod.exact:
+        x, w = ex.cast(x, torch.float64), ex.cast(w, torch.float64)
+    y = ex.emit(hb.MulOp(x, _reshaped(ex, w, shape)))
+    if b is not None:
+        y = ex.emit(hb.AddOp(y, _reshaped(ex, b, shape)))
+    return _output(ex, mod, y, dtype)
+
+
+def _reshaped(ex: Exporter, value, shape: tuple[int, ...]):
+    if hb.shape_of(value) == shape:
+        return value
+    return ex.emit(hb.ReshapeOp(value, shape))
 
 
 # ----------------------------------------------------------------- pooling
@@ -215,11 +227,35 @@ def _binary_module(ex: Exporter, node: fx.Node):
     a, b = _inputs(ex, mod, [a, b])
     like = a if not _is_number(a) else b
     dtype = ex.dtype(like)
+    numbers = [_is_number(v) for v in (a, b)]
+    if getattr(mod, "exact_inputs", False) or getattr(mod, "exact", False):
+        # A number is the float32 constant of the float32 forward, in float64.
+        a, b = (_f64_number(ex, v) if _is_number(v) else v for v in (a, b))
     a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
-    if getattr(mod, "exact", False):
+    if getattr(mod, "exact_inputs", False):
+        exact = iter(
+            _exact_values(
+                ex, mod, [v for v, n in zip((a, b), numbers, strict=True) if not n]
+            )
+        )
+        a, b = (
+            ex.cast(v, torch.float64) if n else next(exact)
+            for v, n in zip((a, b), numbers, strict=True)
+        )
+    elif getattr(mod, "exact", False):
         a, b = ex.cast(a, torch.float64), ex.cast(b, torch.float64)
     y = ex.emit(_BINARY_OPS[type(mod)](a, b))
     return _output(ex, mod, y, dtype)
+
+
+def _f64_number(ex: Exporter, v):
+    return ex.constant(np.asarray(np.float32(v), np.float64))
+
+
+def _exact_values(ex: Exporter, mod: nn.Module, tensors: list) -> list:
+    """Float32 tensors as their exact float64 values (qat_modules._exact_values)."""
+    fqs = iter(mod.input_fake_quants())
+    return [ex.fake_quant(ex.cast(v, torch.float64), next(fqs, None)) for v in tensors]
 
 
 def _value_or_number(ex: Exporter, arg):
@@ -236,10 +272,15 @@ def _reduce_module(op_cls):
     def build(ex: Exporter, node: fx.Node):
         mod = _module(ex, node)
         (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+        dtype = ex.dtype(x)
+        if mod.exact_inputs:
+            (x,) = _exact_values(ex, mod, [x])
+        elif mod.exact:
+            x = ex.cast(x, torch.float64)
         rank = len(hb.shape_of(x))
         dims = range(rank) if mod.dim is None else mod.dim
         dims = [dims] if isinstance(dims, int) else list(dims)
-        return _output(ex, mod, ex.emit(op_cls(x, dims, bool(mod.keepdim))))
+        return _output(ex, mod, ex.emit(op_cls(x, dims, bool(mod.keepdim))), dtype)
 
     return build
 

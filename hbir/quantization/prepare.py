@@ -378,6 +378,11 @@ class _GraphBuilder:
             module.producer_fake_quants = producers
             module.attach_input_fake_quants(len(inputs))
             module.exact = self.level == 2 and module.supports_exact
+            module.exact_inputs = self.level != 2 and module.exact_below_level_2
+        elif module.producer_fake_quants != producers and module.exact_inputs:
+            # Re-quantizing the inputs needs one scale per input: fall back to the
+            # float32 forward.
+            module.exact_inputs = module.input_fake_quant is not None
         elif module.producer_fake_quants != producers and module.exact:
             raise PrepareError(
                 f"'{name}' is called with inputs of different scales, which level 2 "

@@ -12,6 +12,15 @@ per tensor input, which then takes the producers' place.
 float64 with the bias on the int32 grid ``s_in * s_w``: with power-of-two scales every
 product and sum is then exact, and the output fake quant equals the integer kernel's
 requantization bit for bit.
+
+``exact_inputs`` (below level 2, set by ``prepare`` on the modules whose class has
+``exact_below_level_2``: add/sub/mul/matmul/mean/sum) runs the same float64 forward
+on the *exact* dequantized inputs: each float32 input ``fl32(q * s)`` is
+fake-quantized again in float64 with its producer's scale, which gives ``q * s``
+exactly. With non-power-of-two scales the float32 forward rounds the dequantized
+inputs, the products/sums and the result before the output fake quant, and that
+double rounding flips near-tie codes against the integer kernel convert emits (which
+rounds once, from the exact accumulator).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ class QATModule(nn.Module):
 
     op: ClassVar[str] = ""
     supports_exact: ClassVar[bool] = False
+    exact_below_level_2: ClassVar[bool] = False
 
     def _init_quant(self, qconfig: QConfig) -> None:
         self.qconfig = qconfig
@@ -40,6 +50,7 @@ class QATModule(nn.Module):
         self.input_fake_quant: nn.ModuleList | None = None
         self.producer_fake_quants: tuple[FakeQuantize | None, ...] = ()
         self.exact = False
+        self.exact_inputs = False
 
     def attach_input_fake_quants(self, count: int) -> None:
         """Give the module its own input fake quants when the qconfig asks for them."""
@@ -79,7 +90,30 @@ def _float_dtype(*xs) -> torch.dtype:
 
 
 def _double(x):
-    return x.double() if torch.is_tensor(x) else x
+    """A tensor in float64; a Python number as the float32 constant export emits."""
+    return x.double() if torch.is_tensor(x) else float(torch.tensor(x).float())
+
+
+def _exact_values(xs, fqs) -> tuple:
+    """Tensors ``fl32(q * s)`` as the exact ``q * s`` in float64 (numbers: float32).
+
+    ``fqs`` are the input fake quants in the order of the tensor inputs; a disabled
+    (or missing) one leaves the tensor as it is, in float64.
+    """
+    fqs = iter(fqs)
+    out = []
+    for x in xs:
+        if not torch.is_tensor(x):
+            out.append(_double(x))
+            continue
+        fq = next(fqs, None)
+        x = x.double()
+        if fq is not None and bool(fq.fake_quant_enabled[0]):
+            x = fake_quantize(
+                x, fq.scale, fq.zero_point, fq.quant_min, fq.quant_max, fq.ch_axis
+            )
+        out.append(x)
+    return tuple(out)
 
 
 # ----------------------------------------------------------------- stubs
@@ -283,12 +317,16 @@ class Linear(_WeightLayer, nn.Linear):
         return self._output(out, dtype)
 
 
-class QuantAffine(QATModule):
+class QuantAffine(_WeightLayer, nn.Module):
     """``x * weight + bias`` with a per-channel fake-quantized weight.
 
     The affine step of a layer-norm decomposition and the form a BatchNorm2d takes when
     it cannot be folded into a conv. ``view_shape`` broadcasts the weight against the
     input (``normalized_shape`` for layer norm, ``(C, 1, 1)`` for batch norm).
+
+    Exact (consistency level 2) as the weight layers: float64 product and the bias on
+    the int32 grid ``s_in * s_w[c]``, so convert lowers it to an integer multiply, an
+    int32 bias add and one requantization, bit-identical.
     """
 
     op = "affine"
@@ -320,14 +358,16 @@ class QuantAffine(QATModule):
         return cls(qconfig, weight, bias, (-1, 1, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        (x,) = self._quant_inputs(x)
-        out = x * self.weight_fake_quant(self.weight).reshape(self.view_shape)
-        if self.bias is not None:
-            out = out + self.bias.reshape(self.view_shape)
-        return self.activation_post_process(out)
+        dtype = x.dtype
+        x, weight, bias = self._inputs(x)
+        out = x * weight.reshape(self.view_shape)
+        if bias is not None:
+            out = out + bias.reshape(self.view_shape)
+        return self._output(out, dtype)
 
     def extra_repr(self) -> str:
-        return f"view_shape={self.view_shape}, bias={self.bias is not None}"
+        text = f"view_shape={self.view_shape}, bias={self.bias is not None}"
+        return text + (", exact=True" if self.exact else "")
 
 
 # ----------------------------------------------------------------- pooling
@@ -442,6 +482,7 @@ class _Binary(QATModule):
     """A two-operand op; either operand may be a Python number."""
 
     supports_exact = True
+    exact_below_level_2 = True
 
     def __init__(self, qconfig: QConfig) -> None:
         super().__init__()
@@ -453,12 +494,20 @@ class _Binary(QATModule):
     def forward(self, a, b) -> torch.Tensor:
         a, b = self._quant_inputs(a, b)
         dtype = _float_dtype(a, b)
-        if self.exact:
+        if self.exact_inputs:
+            a, b = _exact_values((a, b), self.input_fake_quants())
+        elif self.exact:
             a, b = _double(a), _double(b)
         return self._output(self.compute(a, b), dtype)
 
     def extra_repr(self) -> str:
-        return "exact=True" if self.exact else ""
+        return _exact_repr(self)
+
+
+def _exact_repr(mod: QATModule) -> str:
+    if mod.exact_inputs:
+        return "exact_inputs=True"
+    return "exact=True" if mod.exact else ""
 
 
 class QuantAdd(_Binary):
@@ -508,31 +557,47 @@ class QuantCat(QATModule):
 
 
 class _Reduce(QATModule):
+    """A sum-like reduction; exact (float64 from exact inputs) as the binary ops."""
+
+    supports_exact = True
+    exact_below_level_2 = True
+
     def __init__(self, qconfig: QConfig, dim=None, keepdim: bool = False) -> None:
         super().__init__()
         self._init_quant(qconfig)
         self.dim = tuple(dim) if isinstance(dim, list | tuple) else dim
         self.keepdim = keepdim
 
+    def reduce(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        dtype = x.dtype
+        if self.exact_inputs:
+            (x,) = _exact_values((x,), self.input_fake_quants())
+        elif self.exact:
+            x = x.double()
+        return self._output(self.reduce(x), dtype)
+
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, keepdim={self.keepdim}"
+        text = _exact_repr(self)
+        return f"dim={self.dim}, keepdim={self.keepdim}" + (", " + text if text else "")
 
 
 class QuantMean(_Reduce):
     op = "mean"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        (x,) = self._quant_inputs(x)
+    def reduce(self, x: torch.Tensor) -> torch.Tensor:
         if self.dim is None:
-            return self.activation_post_process(x.mean())
-        return self.activation_post_process(x.mean(self.dim, self.keepdim))
+            return x.mean()
+        return x.mean(self.dim, self.keepdim)
 
 
 class QuantSum(_Reduce):
     op = "sum"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        (x,) = self._quant_inputs(x)
+    def reduce(self, x: torch.Tensor) -> torch.Tensor:
         if self.dim is None:
-            return self.activation_post_process(x.sum())
-        return self.activation_post_process(x.sum(self.dim, self.keepdim))
+            return x.sum()
+        return x.sum(self.dim, self.keepdim)

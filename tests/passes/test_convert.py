@@ -42,24 +42,14 @@ def _compare(name, tmp_path, level):
     return worst, same / total
 
 
-DEFAULT_XFAIL = {"posenc": "an upstream 1-LSB flip is amplified by sin/cos tables"}
-
-
 @pytest.mark.parametrize("name", zoo.NAMES)
 def test_zoo_default_level_within_one_lsb(name, tmp_path):
-    if name in DEFAULT_XFAIL:
-        pytest.xfail(DEFAULT_XFAIL[name])
     worst, identical = _compare(name, tmp_path, None)
     assert worst <= 1 and identical >= 0.9999
 
 
-LEVEL2_XFAIL = {"transformer": "layer-norm affine keeps an unquantized float bias"}
-
-
 @pytest.mark.parametrize("name", zoo.NAMES)
 def test_zoo_level_2_is_bit_identical(name, tmp_path):
-    if name in LEVEL2_XFAIL:
-        pytest.xfail(LEVEL2_XFAIL[name])
     worst, identical = _compare(name, tmp_path, 2)
     assert worst == 0 and identical == 1.0
 

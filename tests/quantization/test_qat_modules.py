@@ -165,3 +165,22 @@ def test_quant_stub_with_a_fixed_scale():
     out = stub(torch.tensor([0.5, 3.0, -0.0078125]))
     assert stub.activation_post_process.scale.item() == 1 / 64
     assert out.tolist() == [0.5, 127 / 64, 0.0]
+
+
+def test_exact_inputs_mean_computes_from_the_exact_dequantized_codes():
+    # A non-power-of-two input scale: fl32(q * s) is rounded; the exact forward
+    # recovers q * s in float64 before reducing (the integer kernel's sum).
+    producer = get_qconfig(out_dtype=qint8).activation()
+    producer.scale.fill_(0.0265391376)
+    producer.enable_observer(False)
+    mean = qat.QuantMean(get_qconfig(out_dtype=qint8), [-1], keepdim=True)
+    mean.producer_fake_quants = (producer,)
+    mean.exact_inputs = True
+    _float_mode(mean)
+    codes = torch.tensor([[2.0, 19.0, 5.0, 1.0, 1.0, 0.0, 7.0, 31.0]])
+    s = producer.scale.double()
+    x = (codes.double() * s).float()
+    out = mean(x)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, ((codes.double() * s).mean(-1, keepdim=True)).float())
+    assert "exact_inputs=True" in repr(mean)
