@@ -164,7 +164,7 @@ class LowerAddSub(RewritePattern):
         dq = qnt.DequantizeOp(acc, scales, None, axis, element)
         for n in new:
             n.location = op.location
-            rewriter.insert_op(n, InsertPoint.before(op))
+            rewriter.insert(n, InsertPoint.before(op))
         dq.location = op.location
         rewriter.replace(op, dq)
 

@@ -238,7 +238,7 @@ def replace_quantized(
     """
     for new in new_ops + (clip_ops or []):
         new.location = op.location
-        rewriter.insert_op(new, InsertPoint.before(op))
+        rewriter.insert(new, InsertPoint.before(op))
     rewriter.replace_all_uses_with(consumer.quantize.output, result)
     rewriter.erase(consumer.quantize)
     for chained in reversed(consumer.chain):

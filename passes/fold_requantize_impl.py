@@ -56,7 +56,7 @@ class FoldRequantize(RewritePattern):
             )
             for n in new:
                 n.location = op.location
-                rewriter.insert_op(n, InsertPoint.before(op))
+                rewriter.insert(n, InsertPoint.before(op))
             rewriter.replace_all_uses_with(op.output, new[-1].results[0])
         rewriter.erase(op)
         for chained in reversed(consumer.chain):
