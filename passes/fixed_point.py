@@ -116,6 +116,15 @@ def _single_use(value: SSAValue) -> Operation | None:
     return uses[0].operation if len(uses) == 1 else None
 
 
+def is_plain_quantize(op: qnt.QuantizeOp) -> bool:
+    """Per tensor, zero point 0, full range: what one requantize can replace."""
+    return (
+        op.axis is None
+        and not any(op.zeros.get_values())
+        and not op.narrowRange.value.data
+    )
+
+
 def consumer_of(value: SSAValue, rounding: str) -> Consumer | None:
     """The per-tensor, zero-point-0 quantize reached through single-use relu / clip."""
     chain: list[Operation] = []
@@ -130,9 +139,7 @@ def consumer_of(value: SSAValue, rounding: str) -> Consumer | None:
             lo, hi = max(lo, user.min.value.data), min(hi, user.max.value.data)
         chain.append(user)
         user = _single_use(user.output)
-    if not isinstance(user, qnt.QuantizeOp) or user.axis is not None:
-        return None
-    if any(user.zeros.get_values()) or user.narrowRange.value.data:
+    if not isinstance(user, qnt.QuantizeOp) or not is_plain_quantize(user):
         return None
     if chain and chain[-1].results[0] is not user.input:
         return None

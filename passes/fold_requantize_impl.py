@@ -37,8 +37,10 @@ class FoldRequantize(RewritePattern):
         rounding = fp.rounding_of(op)
         consumer = fp.consumer_of(value, rounding)
         if consumer is None or consumer.quantize is not op:
-            # The dequantized value has other users: fold only a direct quantize.
-            if op.input is not value:
+            # The dequantized value has other users: fold only a direct, plain
+            # quantize (a zero point, per-channel scales or a narrow range cannot
+            # become one requantize).
+            if op.input is not value or not fp.is_plain_quantize(op):
                 return
             consumer = fp.Consumer(op, [], None)
         same_scale = np.float32(codes.scales[0]) == np.float32(consumer.scale)
