@@ -12,30 +12,22 @@ of the float torch model in eager mode on the same inputs, one thread, medians o
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
+import zoo_loader  # noqa: E402, F401  (makes the test zoo importable)
+
+# isort: split
+import zoo  # noqa: E402
+from zoo_stages import calibrated  # noqa: E402
 
 import hbir  # noqa: E402
 from hbir.quantization import export  # noqa: E402
-
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-for _name in ("zoo", "zoo_stages"):
-    _spec = importlib.util.spec_from_file_location(_name, TESTS / f"{_name}.py")
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules[_name] = _module
-    _spec.loader.exec_module(_module)
-
-import zoo  # noqa: E402
-from zoo_stages import calibrated  # noqa: E402
 
 
 def median_time(fn, repeat: int) -> float:

@@ -10,28 +10,20 @@ difference of its output in output LSBs (table vs float function, same input).
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import tempfile
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
+import zoo_loader  # noqa: E402, F401  (makes the test zoo importable)
+
+# isort: split
+import zoo  # noqa: E402
+from zoo_stages import calibrated  # noqa: E402
 
 from hbir.quantization import lut_modules as lut  # noqa: E402
 from hbir.quantization.pre_export import pre_export  # noqa: E402
-
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-for _name in ("zoo", "zoo_stages"):
-    _spec = importlib.util.spec_from_file_location(_name, TESTS / f"{_name}.py")
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules[_name] = _module
-    _spec.loader.exec_module(_module)
-
-import zoo  # noqa: E402
-from zoo_stages import calibrated  # noqa: E402
 
 
 def _flat(out):
