@@ -29,7 +29,7 @@ def chunks():
     return [c for c in text.split("// -----") if "func.func" in c]
 
 
-@pytest.mark.parametrize("index", range(2))
+@pytest.mark.parametrize("index", range(3))
 def test_mlir_parses_our_generic_output_and_we_parse_its_output(index):
     ours = parse_module(make_context(), chunks()[index], "roundtrip.mlir")
     generic = print_module(ours, generic=True, debuginfo=True)

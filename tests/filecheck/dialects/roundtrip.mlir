@@ -147,3 +147,15 @@ func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x1x4x4xui8>, %uv: te
   %img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor = 255 : i64, mean = array<f64: 0.485, 0.456, 0.406>, std = array<f64: 0.229, 0.224, 0.225>} : tensor<1x3x4x4xsi8> -> tensor<1x3x4x4xf32>
   func.return %img : tensor<1x3x4x4xf32>
 }
+
+// -----
+
+// An int16 lookup table: the fields of a segmented numerics.LutTable.
+// CHECK-LABEL: func.func @lut16
+// CHECK-NEXT: %y = hbir.lut %x {function = "sigmoid", kind = "segments", rounding = "half_even", in_scale = 0.00024414435 : f32, out_scale = 0.00784313772 : f32, in_bits = 16 : i64, out_bits = 8 : i64, num_tables = 6 : i64, frac_bits = 32 : i64, phase_mult = 0 : i64, phase_shift = 0 : i64, phase_bits = 0 : i64, octave_step = 0 : i64, starts = array<i64: -32768, -21845, -10922, 0, 10923, 21846>, offsets = array<i64: -188185662, -2173458632, 15353307442, 294035412769, 516839289733, 545349583260>, slopes = array<i64: 224031, 3016157, 21810183, 21811247, 3016157, 224047>} : tensor<4xsi16> -> tensor<4xsi8>
+// GENERIC-LABEL: "func.func"() <{sym_name = "lut16"
+// GENERIC: "hbir.lut"(%x) <{function = "sigmoid", kind = "segments"
+func.func @lut16(%x: tensor<4xsi16>) -> tensor<4xsi8> {
+  %y = hbir.lut %x {function = "sigmoid", kind = "segments", rounding = "half_even", in_scale = 0.00024414435 : f32, out_scale = 0.00784313772 : f32, in_bits = 16 : i64, out_bits = 8 : i64, num_tables = 6 : i64, frac_bits = 32 : i64, phase_mult = 0 : i64, phase_shift = 0 : i64, phase_bits = 0 : i64, octave_step = 0 : i64, starts = array<i64: -32768, -21845, -10922, 0, 10923, 21846>, offsets = array<i64: -188185662, -2173458632, 15353307442, 294035412769, 516839289733, 545349583260>, slopes = array<i64: 224031, 3016157, 21810183, 21811247, 3016157, 224047>} : tensor<4xsi16> -> tensor<4xsi8>
+  func.return %y : tensor<4xsi8>
+}
