@@ -107,5 +107,45 @@ def get_all_passes() -> dict[str, PassFactory]:
 
 def summary(pass_cls: type[ModulePass]) -> str:
     """The first line of a pass's docstring."""
-    doc = (pass_cls.__doc__ or "").strip()
+    return _first_line(pass_cls.__doc__)
+
+
+def _first_line(doc: str | None) -> str:
+    doc = (doc or "").strip()
     return doc.splitlines()[0] if doc else "(no description)"
+
+
+def source_summary(module: str, cls: str) -> str | None:
+    """The first docstring line of ``module.cls``, read from its source file.
+
+    ``hbir-opt --help`` lists every pass this way, without importing pass modules
+    (and the numpy they need). None when the source cannot be read.
+    """
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+        with open(spec.origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (ImportError, AttributeError, OSError, SyntaxError, TypeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return _first_line(ast.get_docstring(node))
+    return None
+
+
+def summaries() -> dict[str, str]:
+    """Pass name -> one-line summary, for every registered pass."""
+    from importlib.metadata import entry_points
+
+    sources = {name: spec for name, spec in _OURS.items()}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        module, _, cls = ep.value.partition(":")
+        sources[ep.name] = (module.strip(), cls.strip())
+    found = {name: source_summary(m, c) for name, (m, c) in sources.items()}
+    for name, factory in {**_entry_point_passes(), **_registered}.items():
+        if found.get(name) is None:
+            found[name] = summary(factory())
+    return found

@@ -38,8 +38,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
+
+from hbir.passes.check_march import CheckMarchPass
+from hbir.passes.convert_elementwise import ConvertElementwisePass
+from hbir.passes.convert_gemm import ConvertGemmPass
+from hbir.passes.convert_lut import ConvertLutPass
+from hbir.passes.convert_pool import ConvertPoolPass
+from hbir.passes.expand_fake_quant import ExpandFakeQuantPass
+from hbir.passes.fold_requantize import FoldRequantizePass
+from hbir.passes.march import get_march
+from hbir.passes.sink_dequantize import SinkDequantizePass
+
+
+def sub_passes(march: str) -> list[ModulePass]:
+    return [
+        ExpandFakeQuantPass(),
+        CheckMarchPass(march),
+        SinkDequantizePass(),
+        ConvertGemmPass(),
+        ConvertElementwisePass(),
+        ConvertPoolPass(),
+        ConvertLutPass(),
+        SinkDequantizePass(),
+        FoldRequantizePass(),
+    ]
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,7 @@ class ConvertPass(ModulePass):
     march: str = "nash-e"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from hbir.passes.convert_impl import ConvertPassImpl
-
-        ConvertPassImpl(self.march).apply(ctx, op)
+        get_march(self.march)
+        for sub in sub_passes(self.march):
+            sub.apply(ctx, op)
+        op.attributes["hbir.march"] = StringAttr(self.march)

@@ -40,11 +40,186 @@ or that check-march marked for the CPU stays float.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from hbir.dialects import hbir, qnt
+from hbir.dialects.hbir import shape_of, si
+from hbir.passes import fixed_point as fp
+from hbir.runtime import numerics
+
+
+def _operands(op: Operation) -> tuple[SSAValue, SSAValue, SSAValue | None]:
+    if isinstance(op, hbir.MatmulOp):
+        return op.lhs, op.rhs, None
+    return op.input, op.weight, op.bias
+
+
+def _out_channels(op: Operation) -> tuple[int, int]:
+    """(output channel axis, count) of the accumulator."""
+    out = shape_of(op.results[0])
+    axis = 1 if isinstance(op, hbir.Conv2dOp | hbir.ConvTranspose2dOp) else len(out) - 1
+    return axis, out[axis]
+
+
+def weight_scales(op: Operation, w: fp.Codes) -> np.ndarray | None:
+    """s_w per output channel (or one value), None if the axis does not fit."""
+    if w.per_tensor:
+        return w.scales
+    if isinstance(op, hbir.Conv2dOp | hbir.LinearOp) and w.axis == 0:
+        return w.scales
+    if isinstance(op, hbir.ConvTranspose2dOp) and w.axis == 1:
+        _, channels = _out_channels(op)
+        return np.resize(w.scales, channels)  # channel g*C/g + j uses s_w[j]
+    if isinstance(op, hbir.MatmulOp) and w.axis == len(shape_of(w.codes)) - 1:
+        return w.scales
+    return None
+
+
+def bias_values(
+    bias: SSAValue | None, acc_scale: np.ndarray, channels: int
+) -> tuple[np.ndarray, bool] | None | bool:
+    """(bias in accumulator LSBs as float64, exact-integer?) or None / False.
+
+    None without a bias; False when the bias is neither a float constant nor
+    dequantized constant codes. A dequantized int32 bias at exactly ``acc_scale``
+    (consistency level 2) is exact.
+    """
+    if bias is None:
+        return None
+    acc_scale = np.broadcast_to(acc_scale, (channels,))
+    codes = fp.codes_of(bias)
+    if codes is not None:
+        if not isinstance(codes.codes.owner, hbir.ConstantOp):
+            return False
+        ints = fp.dense_values(codes.codes.owner.value).astype(np.int64)
+        scales = np.broadcast_to(codes.scales.astype(np.float64), (channels,))
+        if codes.bits == 32 and np.array_equal(scales, acc_scale):
+            return ints.astype(np.float64), True
+        values = ints.astype(np.float64) * scales
+    else:
+        values = fp.float_constant(bias)
+        if values is None:
+            return False
+    return values / acc_scale, False
+
+
+def fine_bits(op: Operation, x: fp.Codes, w: fp.Codes, bias_lsb: np.ndarray) -> int:
+    """Extra fractional bits for a float bias: the accumulator shifted left by
+    them still fits in 2**30 (bounded by the operand widths and the reduction
+    length), at most 16."""
+    w_shape = shape_of(w.codes)
+    terms = int(np.prod(w_shape[1:]))
+    if isinstance(op, hbir.ConvTranspose2dOp):
+        terms = w_shape[0] // op.groups.value.data * w_shape[2] * w_shape[3]
+    elif isinstance(op, hbir.MatmulOp):
+        terms = shape_of(x.codes)[-1]
+    bound = terms * (1 << (x.bits - 1)) * (1 << (w.bits - 1))
+    bound += float(np.max(np.abs(bias_lsb), initial=0.0)) + 1
+    return max(0, min(16, 30 - math.ceil(math.log2(bound))))
+
+
+def _integer_op(op: Operation, x: SSAValue, w: SSAValue, b: SSAValue | None):
+    if isinstance(op, hbir.Conv2dOp):
+        return hbir.Conv2dOp(
+            x,
+            w,
+            b,
+            op.stride.get_values(),
+            op.padding.get_values(),
+            op.dilation.get_values(),
+            op.groups.value.data,
+        )
+    if isinstance(op, hbir.ConvTranspose2dOp):
+        return hbir.ConvTranspose2dOp(
+            x,
+            w,
+            b,
+            op.stride.get_values(),
+            op.padding.get_values(),
+            op.output_padding.get_values(),
+            op.dilation.get_values(),
+            op.groups.value.data,
+        )
+    if isinstance(op, hbir.LinearOp):
+        return hbir.LinearOp(x, w, b)
+    return hbir.MatmulOp(x, w)
+
+
+GEMMS = (hbir.Conv2dOp, hbir.ConvTranspose2dOp, hbir.LinearOp, hbir.MatmulOp)
+
+
+class LowerGemm(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, GEMMS) or fp.is_cpu(op):
+            return
+        if not hbir.is_float(op.results[0].type):
+            return
+        x_in, w_in, bias = _operands(op)
+        x, w = fp.codes_of(x_in), fp.codes_of(w_in)
+        if x is None or w is None or not x.per_tensor:
+            return
+        if x.bits not in (8, 16) or w.bits not in (8, 16):
+            return
+        s_w = weight_scales(op, w)
+        rounding = fp.rounding_of(op)
+        consumer = fp.consumer_of(op.results[0], rounding)
+        if s_w is None or consumer is None:
+            return
+        axis, channels = _out_channels(op)
+        acc_scale = np.float64(x.scales[0]) * s_w.astype(np.float64)
+        bias_lsb = bias_values(bias, acc_scale, channels)
+        if bias_lsb is False:
+            return
+        new: list[Operation] = []
+        b_value, fine = None, 0
+        if bias_lsb is not None:
+            lsb, exact = bias_lsb
+            lsb = np.broadcast_to(lsb, (channels,))
+            fused = exact and fp.fuses_requantize(op)
+            fine = 0 if exact else fine_bits(op, x, w, lsb)
+            codes = np.clip(
+                numerics.round_float(lsb * 2.0**fine, rounding), *numerics.qrange(32)
+            )
+            if fused:
+                const = fp.int_constant(codes, 32)
+                new.append(const)
+                b_value = const.output
+        gemm = _integer_op(op, x.codes, w.codes, b_value)
+        new.append(gemm)
+        acc = gemm.results[0]
+        if bias_lsb is not None and b_value is None:
+            # The bias on a finer grid, added after the gemm (see module doc).
+            new += self._add_bias(acc, codes, fine, axis, rounding)
+            acc = new[-1].results[0]
+        real = acc_scale * 2.0**-fine * consumer.inv_scale
+        tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op), axis)
+        fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
+
+    @staticmethod
+    def _add_bias(acc, codes, fine: int, axis: int, rounding: str) -> list[Operation]:
+        ops: list[Operation] = []
+        if fine:
+            shifted = qnt.RequantizeOp(acc, si(32), [1], [-fine], rounding=rounding)
+            ops.append(shifted)
+            acc = shifted.output
+        rank = len(shape_of(acc))
+        const = fp.int_constant(
+            np.asarray(codes).reshape([-1] + [1] * (rank - 1 - axis)), 32
+        )
+        ops += [const, hbir.AddOp(acc, const.output)]
+        return ops
 
 
 @dataclass(frozen=True)
@@ -54,6 +229,4 @@ class ConvertGemmPass(ModulePass):
     name = "convert-gemm"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from hbir.passes.convert_gemm_impl import ConvertGemmPassImpl
-
-        ConvertGemmPassImpl().apply(ctx, op)
+        PatternRewriteWalker(LowerGemm(), apply_recursively=False).rewrite_module(op)

@@ -30,9 +30,82 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from hbir.dialects import hbir, qnt
+from hbir.dialects.hbir import shape_of, si
+from hbir.passes import fixed_point as fp
+
+# Fine-grid bits for average pooling: |x| * 2**F stays below 2**30.
+FINE_BITS = {8: 22, 16: 14}
+
+
+def _reduction(op: Operation) -> tuple[list[int], bool, int] | None:
+    """(dims, keepdim, element count) of a sum-like op."""
+    shape = shape_of(op.input)
+    if isinstance(op, hbir.GlobalAvgPool2dOp):
+        return [2, 3], True, shape[2] * shape[3]
+    dims = [d % len(shape) for d in op.dims.get_values()]
+    if not dims:
+        return None
+    count = int(np.prod([shape[d] for d in dims]))
+    divisor = 1 if isinstance(op, hbir.ReduceSumOp) else count
+    return dims, bool(op.keepdim.value.data), divisor
+
+
+class LowerPool(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        kinds = (
+            hbir.GlobalAvgPool2dOp,
+            hbir.ReduceMeanOp,
+            hbir.ReduceSumOp,
+            hbir.AvgPool2dOp,
+        )
+        if not isinstance(op, kinds) or fp.is_cpu(op):
+            return
+        if not hbir.is_float(op.results[0].type):
+            return
+        codes = fp.codes_of(op.input)
+        if codes is None or not codes.per_tensor or codes.bits not in (8, 16):
+            return
+        rounding = fp.rounding_of(op)
+        consumer = fp.consumer_of(op.results[0], rounding)
+        if consumer is None:
+            return
+        s_in = np.float64(codes.scales[0])
+        if isinstance(op, hbir.AvgPool2dOp):
+            new, acc, real = self._avg_pool(op, codes, s_in, rounding)
+        else:
+            dims, keepdim, divisor = _reduction(op)
+            out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
+            total = hbir.ReduceSumOp(codes.codes, dims, keepdim, out)
+            new, acc, real = [total], total.output, s_in / divisor
+        real = np.array([real * consumer.inv_scale])
+        tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op))
+        fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
+
+    @staticmethod
+    def _avg_pool(op: hbir.AvgPool2dOp, codes: fp.Codes, s_in, rounding):
+        bits = FINE_BITS[codes.bits]
+        fine = qnt.RequantizeOp(codes.codes, si(32), [1], [-bits], rounding=rounding)
+        pool = hbir.AvgPool2dOp(
+            fine.output,
+            op.kernel.get_values(),
+            op.stride.get_values(),
+            op.padding.get_values(),
+            op.ceil_mode.value.data,
+            op.count_include_pad.value.data,
+        )
+        return [fine, pool], pool.output, s_in * 2.0**-bits
 
 
 @dataclass(frozen=True)
@@ -42,6 +115,4 @@ class ConvertPoolPass(ModulePass):
     name = "convert-pool"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from hbir.passes.convert_pool_impl import ConvertPoolPassImpl
-
-        ConvertPoolPassImpl().apply(ctx, op)
+        PatternRewriteWalker(LowerPool(), apply_recursively=False).rewrite_module(op)

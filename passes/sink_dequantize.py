@@ -29,8 +29,179 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from hbir.dialects import hbir, qnt
+from hbir.dialects.hbir import shape_of, tensor_type
+from hbir.passes import fixed_point as fp
+
+# Ops whose integer form moves or selects codes: op class -> rebuild(op, codes).
+_MOVERS = {
+    hbir.ReshapeOp: lambda op, q: hbir.ReshapeOp(q, shape_of(op.output)),
+    hbir.TransposeOp: lambda op, q: hbir.TransposeOp(q, op.perm.get_values()),
+    hbir.SliceOp: lambda op, q: hbir.SliceOp(
+        q, op.begin.get_values(), op.end.get_values(), op.step.get_values()
+    ),
+    hbir.PadOp: lambda op, q: hbir.PadOp(
+        q, op.low.get_values(), op.high.get_values(), 0.0
+    ),
+    hbir.MaxPool2dOp: lambda op, q: hbir.MaxPool2dOp(
+        q,
+        op.kernel.get_values(),
+        op.stride.get_values(),
+        op.padding.get_values(),
+        op.dilation.get_values(),
+        op.ceil_mode.value.data,
+    ),
+    hbir.ReduceMaxOp: lambda op, q: hbir.ReduceMaxOp(
+        q, op.dims.get_values(), op.keepdim.value.data
+    ),
+    hbir.Resize2dOp: lambda op, q: hbir.Resize2dOp(
+        q,
+        op.size.get_values(),
+        "nearest",
+        False,
+        None if op.scale is None else op.scale.get_values(),
+    ),
+}
+
+
+def _movable(op: Operation, codes: fp.Codes) -> bool:
+    if fp.is_cpu(op):
+        return False
+    if isinstance(op, hbir.PadOp) and op.value.value.data != 0.0:
+        return False
+    if isinstance(op, hbir.Resize2dOp) and op.mode.data != "nearest":
+        return False
+    if codes.per_tensor:
+        return True
+    if isinstance(op, hbir.TransposeOp):
+        return True
+    return isinstance(op, hbir.ReshapeOp) and shape_of(op.input) == shape_of(op.output)
+
+
+def _axis_after(op: Operation, axis: int | None) -> int | None:
+    if axis is None or not isinstance(op, hbir.TransposeOp):
+        return axis
+    return list(op.perm.get_values()).index(axis)
+
+
+def _dequantize(op: Operation, codes: fp.Codes, value, axis) -> qnt.DequantizeOp:
+    element = tensor_type(op.results[0]).element_type
+    dq = qnt.DequantizeOp(value, codes.scales, None, axis, element)
+    dq.location = op.location
+    return dq
+
+
+class SinkThroughMover(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        rebuild = _MOVERS.get(type(op))
+        if rebuild is None:
+            return
+        codes = fp.codes_of(op.operands[0])
+        if codes is None or not _movable(op, codes):
+            return
+        moved = rebuild(op, codes.codes)
+        moved.location = op.location
+        dq = _dequantize(op, codes, moved.results[0], _axis_after(op, codes.axis))
+        rewriter.replace(op, [moved, dq])
+
+
+class SinkThroughSplit(RewritePattern):
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: hbir.SplitOp, rewriter: PatternRewriter) -> None:
+        codes = fp.codes_of(op.input)
+        if codes is None or not codes.per_tensor or fp.is_cpu(op):
+            return
+        split = hbir.SplitOp(codes.codes, op.sizes.get_values(), op.dim.value.data)
+        split.location = op.location
+        dqs = [_dequantize(op, codes, r, None) for r in split.results]
+        rewriter.replace(op, [split, *dqs], [d.output for d in dqs])
+
+
+class SinkThroughConcat(RewritePattern):
+    """concat of one grid -> dequantize(concat of codes)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: hbir.ConcatOp, rewriter: PatternRewriter) -> None:
+        if fp.is_cpu(op):
+            return
+        inputs = [fp.codes_of(v) for v in op.inputs]
+        if any(c is None or not c.per_tensor for c in inputs):
+            return
+        first = inputs[0]
+        if any(
+            c.scales[0] != first.scales[0]
+            or tensor_type(c.codes).element_type
+            != tensor_type(first.codes).element_type
+            for c in inputs
+        ):
+            return
+        concat = hbir.ConcatOp([c.codes for c in inputs], op.dim.value.data)
+        concat.location = op.location
+        rewriter.replace(op, [concat, _dequantize(op, first, concat.output, None)])
+
+
+class QuantizeIntoConcat(RewritePattern):
+    """quantize(concat(xs)) -> concat(quantize(x) for x in xs)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: qnt.QuantizeOp, rewriter: PatternRewriter) -> None:
+        concat = op.input.owner
+        if not isinstance(concat, hbir.ConcatOp) or fp.is_cpu(concat):
+            return
+        if len(list(concat.output.uses)) != 1:
+            return
+        element = tensor_type(op.output).element_type
+        quantized = []
+        for v in concat.inputs:
+            q = qnt.QuantizeOp(
+                v,
+                element,
+                op.scales.get_values(),
+                op.zeros.get_values(),
+                None if op.axis is None else op.axis.value.data,
+                op.narrowRange.value.data,
+                op.rounding.data,
+            )
+            q.location = op.location
+            quantized.append(q)
+        new = hbir.ConcatOp([q.output for q in quantized], concat.dim.value.data)
+        new.location = concat.location
+        rewriter.replace(op, [*quantized, new])
+        rewriter.erase(concat)
+
+
+class FoldCastIntoDequantize(RewritePattern):
+    """cast(dequantize(q)) between float types -> dequantize(q) of the cast type."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: hbir.CastOp, rewriter: PatternRewriter) -> None:
+        codes = fp.codes_of(op.input)
+        if codes is None or codes.bits > 16 or fp.is_cpu(op):
+            return
+        out = tensor_type(op.output)
+        if not isinstance(out, TensorType) or not hbir.is_float(out):
+            return
+        rewriter.replace(op, _dequantize(op, codes, codes.codes, codes.axis))
+
+
+PATTERNS = (
+    SinkThroughMover(),
+    SinkThroughSplit(),
+    SinkThroughConcat(),
+    QuantizeIntoConcat(),
+    FoldCastIntoDequantize(),
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +211,6 @@ class SinkDequantizePass(ModulePass):
     name = "sink-dequantize"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from hbir.passes.sink_dequantize_impl import SinkDequantizePassImpl
-
-        SinkDequantizePassImpl().apply(ctx, op)
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier(list(PATTERNS), dce_enabled=True)
+        ).rewrite_module(op)

@@ -18,7 +18,13 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from hbir import diagnostics, files
 from hbir.dialects import get_all_dialects
-from hbir.passes import PassRegistryError, get_all_passes, load_plugin, summary
+from hbir.passes import (
+    PassRegistryError,
+    get_all_passes,
+    load_plugin,
+    summaries,
+    summary,
+)
 from hbir.passes.pipelines import PHASES, pipeline_up_to
 
 # xDSL's own generic passes worth exposing next to ours.
@@ -94,8 +100,10 @@ class HbirOptMain(xDSLOptMain):
 
     def _pass_listing(self) -> str:
         lines = ["passes:"]
+        ours = summaries()  # read from the sources: no pass module is imported
         for name in sorted(self.available_passes):
-            lines.append(f"  {name:<24} {summary(self.available_passes[name]())}")
+            text = ours.get(name) or summary(self.available_passes[name]())
+            lines.append(f"  {name:<24} {text}")
         lines.append("phases (--compile-to):")
         for phase, specs in PHASES.items():
             lines.append(f"  {phase:<24} {','.join(specs) or '(verify only)'}")

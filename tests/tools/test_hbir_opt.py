@@ -24,6 +24,8 @@ def test_help_lists_every_pass_with_its_summary():
 
     res = opt("--help")
     assert res.returncode == 0
+    # --help reads summaries from the sources; they must equal the imported
+    # classes' docstrings.
     for name, factory in get_all_passes().items():
         assert f"  {name:<24} {summary(factory())}" in res.stdout
 
