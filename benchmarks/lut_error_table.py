@@ -26,23 +26,7 @@ import numpy as np  # noqa: E402
 
 from hbir.runtime import numerics  # noqa: E402
 
-# op -> calibrated input intervals (lo, hi); lo == 0 means (0, hi].
-TYPICAL: dict[str, list[tuple[float, float]]] = {
-    "sigmoid": [(-8, 8)],
-    "tanh": [(-8, 8)],
-    "exp": [(-8, 0), (-8, 8)],
-    "log": [(0, 16), (0, 1000)],
-    "sqrt": [(0, 16), (0, 1000)],
-    "rsqrt": [(0, 16), (0, 1000)],
-    "reciprocal": [(0, 16), (0, 1000)],
-    "sin": [(-4, 4), (-300, 300)],
-    "cos": [(-4, 4), (-300, 300)],
-    "gelu": [(-8, 8)],
-    "gelu_tanh": [(-8, 8)],
-    "silu": [(-8, 8)],
-    "hardsigmoid": [(-8, 8), (-10, 10)],
-    "hardswish": [(-8, 8), (-10, 10)],
-}
+TYPICAL = numerics.LUT_TYPICAL_RANGES
 # Kinked ops: where a kink falls inside a segment depends on the input range, so
 # their int8-output target must hold over a sweep of ranges, not at one lucky one.
 KINKED = ("hardsigmoid", "hardswish")

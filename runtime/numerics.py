@@ -85,15 +85,8 @@ def shift_round(
         x = x << left
         n = np.where(n < 0, 0, n)
     floor = x >> n
-    rem = x - (floor << n)
-    half = np.where(n > 0, np.left_shift(np.int64(1), np.maximum(n - 1, 0)), 1 << 62)
-    if mode == HALF_EVEN:
-        up = (rem > half) | ((rem == half) & ((floor & 1) == 1))
-    elif mode == HALF_UP:
-        up = rem >= half
-    else:
-        raise ValueError(f"unknown rounding mode {mode!r}")
-    return floor + up
+    rem = x - (floor << n)  # in [0, 2**n)
+    return _round_up(floor, 2 * rem, np.left_shift(np.int64(1), n), mode)
 
 
 # ----------------------------------------------------------------- scales
@@ -276,7 +269,15 @@ def divide_round(
     if np.any(den <= 0):
         raise ValueError("divide_round needs a positive divisor")
     floor = num // den
-    twice_rem = 2 * (num - floor * den)  # in [0, 2 * den)
+    return _round_up(floor, 2 * (num - floor * den), den, mode)
+
+
+def _round_up(floor, twice_rem, den, mode: str):
+    """``floor + 1`` where the dropped fraction ``twice_rem / (2 den)`` rounds up.
+
+    The one tie rule of shift_round and divide_round: above a half always, at
+    exactly a half to the even neighbour (half_even) or upward (half_up).
+    """
     if mode == HALF_EVEN:
         up = (twice_rem > den) | ((twice_rem == den) & ((floor & 1) == 1))
     elif mode == HALF_UP:
@@ -430,6 +431,25 @@ DEFAULT_NUM_TABLES: dict[str, int] = {
     "silu": 132,
     "hardsigmoid": 66,
     "hardswish": 18,
+}
+
+# The calibrated input intervals (lo, hi) the DEFAULT_NUM_TABLES targets are stated
+# for; lo == 0 means (0, hi]. The tuning benchmark and the tests both read this.
+LUT_TYPICAL_RANGES: dict[str, list[tuple[float, float]]] = {
+    "sigmoid": [(-8, 8)],
+    "tanh": [(-8, 8)],
+    "exp": [(-8, 0), (-8, 8)],
+    "log": [(0, 16), (0, 1000)],
+    "sqrt": [(0, 16), (0, 1000)],
+    "rsqrt": [(0, 16), (0, 1000)],
+    "reciprocal": [(0, 16), (0, 1000)],
+    "sin": [(-4, 4), (-300, 300)],
+    "cos": [(-4, 4), (-300, 300)],
+    "gelu": [(-8, 8)],
+    "gelu_tanh": [(-8, 8)],
+    "silu": [(-8, 8)],
+    "hardsigmoid": [(-8, 8), (-10, 10)],
+    "hardswish": [(-8, 8), (-10, 10)],
 }
 
 LUT_OPS = tuple(LUT_FUNCTIONS)

@@ -19,23 +19,7 @@ from hbir.runtime.numerics import HALF_EVEN, HALF_UP
 
 OPS = list(numerics.LUT_FUNCTIONS)
 KINKED = {"hardsigmoid": (1 / 6, 0.0), "hardswish": (1 / 2, 1 / 3)}  # slope jump, f''
-# The calibrated input intervals the targets are stated for; lo == 0 means (0, hi].
-TYPICAL = {
-    "sigmoid": [(-8, 8)],
-    "tanh": [(-8, 8)],
-    "exp": [(-8, 0), (-8, 8)],
-    "log": [(0, 16), (0, 1000)],
-    "sqrt": [(0, 16), (0, 1000)],
-    "rsqrt": [(0, 16), (0, 1000)],
-    "reciprocal": [(0, 16), (0, 1000)],
-    "sin": [(-4, 4), (-300, 300)],
-    "cos": [(-4, 4), (-300, 300)],
-    "gelu": [(-8, 8)],
-    "gelu_tanh": [(-8, 8)],
-    "silu": [(-8, 8)],
-    "hardsigmoid": [(-8, 8), (-10, 10)],
-    "hardswish": [(-8, 8), (-10, 10)],
-}
+TYPICAL = numerics.LUT_TYPICAL_RANGES
 CODES = {bits: np.arange(-(1 << (bits - 1)), 1 << (bits - 1)) for bits in (8, 16)}
 
 
