@@ -15,8 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
@@ -30,6 +29,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     FloatAttr,
+    IndexType,
     IntegerAttr,
     IntegerType,
     Signedness,
@@ -60,6 +60,11 @@ from xdsl.traits import ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from hbir.dialects import shapes
+from hbir.runtime import op_table
+
+if TYPE_CHECKING:  # numerics loads numpy, which parsing and printing do not need
+    from hbir.runtime import numerics
+    from hbir.runtime.numerics import LutConfig
 
 Value = SSAValue | Operation
 
@@ -126,14 +131,44 @@ def numpy_dtype(element: Attribute):
 
     if isinstance(element, IntegerType):
         width = element.width.data
+        if width == 1:
+            return np.dtype(bool)
         if width not in (8, 16, 32, 64):
             raise ValueError(f"unsupported integer width {width} ({element})")
         unsigned = element.signedness.data == Signedness.UNSIGNED
         return np.dtype(f"{'uint' if unsigned else 'int'}{width}")
+    if isinstance(element, IndexType):
+        return np.dtype(np.int64)
     dtype = _FLOAT_DTYPES.get(type(element))
     if dtype is None:
         raise ValueError(f"unsupported element type {element}")
     return np.dtype(dtype)
+
+
+def dense_array(attr: DenseIntOrFPElementsAttr):
+    """A dense attribute as a writable numpy array of its type's shape.
+
+    The dtype is ``numpy_dtype`` of the element type. The bytes are xDSL's:
+    little endian, ``bf16`` as its 16 bits (the upper half of a float32, so it
+    widens exactly), ``i1`` as one byte per value (true is stored as -1). A splat
+    stored once is expanded to the full shape.
+    """
+    import numpy as np
+
+    t = attr.get_type()
+    element = t.element_type
+    shape = tuple(t.get_shape())
+    dtype = numpy_dtype(element)
+    raw = attr.data.data
+    if isinstance(element, BFloat16Type):
+        flat = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+    elif dtype.kind == "b":
+        flat = np.frombuffer(raw, np.int8) != 0
+    else:
+        flat = np.frombuffer(raw, dtype.newbyteorder("<"))
+    if flat.size == 1 and math.prod(shape) != 1:  # a splat kept once
+        return np.full(shape, flat[0], dtype)
+    return flat.reshape(shape).astype(dtype)
 
 
 def _values(attr: DenseArrayBase) -> tuple[int, ...]:
@@ -207,27 +242,15 @@ class UnaryOp(IRDLOperation):
         )
 
 
-@dataclass(frozen=True)
-class LutConfig:
-    """How a nonlinear op between fake quantizations is evaluated in fixed point."""
-
-    num_tables: int
-    in_scale: float
-    in_bits: int
-    out_scale: float
-    out_bits: int
-
-
-_LUT_PROPS = ("num_tables", "in_scale", "in_bits", "out_scale", "out_bits")
-
-
 class FloatUnaryOp(UnaryOp):
     """Elementwise float op; in fixed point it becomes ``hbir.lut``.
 
-    Export attaches the table configuration of a quantized nonlinear op
-    (``num_tables``, input and output scale and bits): the op then computes exactly
-    its fixed-point table on the input codes, as ``pre_export`` does in torch,
-    instead of the float function.
+    Which table evaluates it is the op table's (``op_table.LUT_TABLES``). Export
+    imports the op with the ``num_tables`` the torch module asks for; the
+    ``configure-lut`` pass adds the input and output grids of the fake
+    quantizations around it (``in_scale``, ``in_bits``, ``out_scale``,
+    ``out_bits``). A configured op computes exactly its fixed-point table on the
+    input codes, as ``pre_export`` does in torch, instead of the float function.
 
     ``%y = hbir.sigmoid %x {num_tables = 24 : i64, in_scale = 6.25e-02 : f64,
     in_bits = 8 : i64, out_scale = 3.90625e-03 : f64, out_bits = 8 : i64} :
@@ -240,17 +263,17 @@ class FloatUnaryOp(UnaryOp):
     out_scale = opt_prop_def(FloatAttr)
     out_bits = opt_prop_def(IntegerAttr[I64])
 
+    def table_name(self) -> str:
+        """The ``numerics.LUT_FUNCTIONS`` table this op is evaluated with."""
+        return op_table.table_name(self.name)
+
     def lut_config(self) -> LutConfig | None:
-        """The table configuration, or None for the float function."""
-        if self.num_tables is None:
+        """The table configuration, or None (float function, or grids not set)."""
+        from hbir.runtime.numerics import LutConfig
+
+        if any(getattr(self, name) is None for name in LutConfig.FIELDS):
             return None
-        return LutConfig(
-            self.num_tables.value.data,
-            self.in_scale.value.data,
-            self.in_bits.value.data,
-            self.out_scale.value.data,
-            self.out_bits.value.data,
-        )
+        return LutConfig(*(getattr(self, name).value.data for name in LutConfig.FIELDS))
 
     def set_lut_config(self, config: LutConfig) -> None:
         self.num_tables = i64_attr(config.num_tables)
@@ -265,26 +288,24 @@ class FloatUnaryOp(UnaryOp):
                 f"input must be float, got {tensor_type(self.input).element_type}; "
                 "integer forms go through hbir.lut"
             )
-        present = [getattr(self, name) is not None for name in _LUT_PROPS]
-        if any(present) and not all(present):
-            missing = [n for n, p in zip(_LUT_PROPS, present, strict=True) if not p]
+        if self.name not in op_table.LUT_TABLES:
+            raise VerifyException("has no lookup table in the op table")
+        from hbir.runtime import numerics
+        from hbir.runtime.numerics import LutConfig
+
+        present = [getattr(self, name) is not None for name in LutConfig.FIELDS]
+        if any(present[1:]) and not all(present):
+            missing = [
+                n for n, p in zip(LutConfig.FIELDS, present, strict=True) if not p
+            ]
             raise VerifyException(f"table configuration lacks {', '.join(missing)}")
-        config = self.lut_config()
-        if config is None:
+        if self.num_tables is None:
             return
-        if config.num_tables <= 0 or config.num_tables % 6:
-            raise VerifyException(
-                f"num_tables must be a positive multiple of 6, got {config.num_tables}"
-            )
-        for name, bits in (("in_bits", config.in_bits), ("out_bits", config.out_bits)):
-            if bits not in (8, 16):
-                raise VerifyException(f"{name} must be 8 or 16, got {bits}")
-        for name, scale in (
-            ("in_scale", config.in_scale),
-            ("out_scale", config.out_scale),
-        ):
-            if not scale > 0:
-                raise VerifyException(f"{name} must be positive, got {scale}")
+        try:
+            numerics.check_num_tables(self.num_tables.value.data)
+            self.lut_config()
+        except ValueError as e:
+            raise VerifyException(str(e)) from None
 
 
 @irdl_op_definition
@@ -426,6 +447,9 @@ class GeluOp(FloatUnaryOp):
 
     def __init__(self, input: Value, approximate: str = "none"):
         super().__init__(input, {"approximate": StringAttr(approximate)})
+
+    def table_name(self) -> str:
+        return op_table.table_name(self.name, self.approximate.data)
 
     def verify_(self) -> None:
         super().verify_()
@@ -1546,6 +1570,70 @@ class LutOp(IRDLOperation):
             properties=properties,
         )
 
+    # How each ``numerics.LutTable`` field is stored: ints, int arrays, f32 scales;
+    # ``function``, ``kind`` and ``rounding`` as their names.
+    _INT_FIELDS: ClassVar = (
+        "in_bits",
+        "out_bits",
+        "num_tables",
+        "frac_bits",
+        "phase_mult",
+        "phase_shift",
+        "phase_bits",
+        "octave_step",
+    )
+    _ARRAY_FIELDS: ClassVar = ("starts", "offsets", "slopes")
+
+    @classmethod
+    def from_table(cls, codes: Value, table: numerics.LutTable) -> LutOp:
+        """``hbir.lut`` on ``codes`` holding ``table`` (direct entries or segments)."""
+        from xdsl.dialects.builtin import BytesAttr, f32
+
+        out = si(table.out_bits)
+        if table.kind == "direct":
+            t = TensorType(out, [256])
+            data = table.entries.astype(numpy_dtype(out)).tobytes()
+            return cls(codes, DenseIntOrFPElementsAttr(t, BytesAttr(data)))
+        arrays = table.to_arrays()
+        props: dict[str, Attribute] = {
+            "function": StringAttr(table.op),
+            "kind": StringAttr(table.kind),
+            "rounding": StringAttr(table.rounding),
+            "in_scale": FloatAttr(table.in_scale, f32),
+            "out_scale": FloatAttr(table.out_scale, f32),
+        }
+        for name in cls._INT_FIELDS:
+            props[name] = i64_attr(int(arrays[name]))
+        for name in cls._ARRAY_FIELDS:
+            props[name] = ints([int(v) for v in arrays[name]])
+        return cls(codes, segments=props, element_type=out)
+
+    def lut_table(self) -> numerics.LutTable:
+        """The segmented table the properties hold (the inverse of ``from_table``).
+
+        ``LutTable.from_arrays`` validates it, so a hostile table cannot overflow.
+        """
+        import numpy as np
+
+        from hbir.runtime import numerics
+
+        def f32_bits(attr) -> int:
+            return int(np.float32(attr.value.data).view(np.uint32))
+
+        arrays: dict[str, np.ndarray | int] = {
+            "op": numerics.LUT_OPS.index(self.function.data),
+            "kind": numerics.LUT_KINDS.index(self.kind.data),
+            "rounding": numerics.ROUNDING_MODES.index(self.rounding.data),
+            "in_scale": f32_bits(self.in_scale),
+            "out_scale": f32_bits(self.out_scale),
+            "entries": np.zeros(0, np.int64),
+        }
+        for name in self._INT_FIELDS:
+            arrays[name] = getattr(self, name).value.data
+        for name in self._ARRAY_FIELDS:
+            arrays[name] = np.asarray(getattr(self, name).get_values(), np.int64)
+        return numerics.LutTable.from_arrays(arrays)
+
     def verify_(self) -> None:
         x = tensor_type(self.input).element_type
         out = tensor_type(self.output)
@@ -1776,3 +1864,9 @@ HBIR = Dialect(
     ],
     [],
 )
+
+
+def ops_lowered_as(lowering: str) -> tuple[type[IRDLOperation], ...]:
+    """The hbir op classes that the op table lowers as ``lowering`` (``"gemm"``...)."""
+    names = op_table.ops_lowered_as(lowering)
+    return tuple(cls for cls in HBIR.operations if cls.name in names)

@@ -42,8 +42,6 @@ from xdsl.utils.exceptions import VerifyException
 from hbir.dialects.hbir import Value, i64_attr, ints, is_float, shape_of, tensor_type
 from hbir.runtime import numerics
 
-ROUNDING_MODES = (numerics.HALF_EVEN, numerics.HALF_UP)
-
 
 def _check_axis(op: IRDLOperation, axis: IntegerAttr | None, count: int) -> int | None:
     """Per-tensor params need one value and no axis; per-channel match dim ``axis``."""
@@ -63,9 +61,9 @@ def _check_axis(op: IRDLOperation, axis: IntegerAttr | None, count: int) -> int 
 
 
 def _check_rounding(mode: StringAttr) -> None:
-    if mode.data not in ROUNDING_MODES:
+    if mode.data not in numerics.ROUNDING_MODES:
         raise VerifyException(
-            f"rounding must be one of {ROUNDING_MODES}, got {mode.data!r}"
+            f"rounding must be one of {numerics.ROUNDING_MODES}, got {mode.data!r}"
         )
 
 

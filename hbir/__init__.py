@@ -4,7 +4,7 @@ The public face: load and save models, inspect and run them. Importing ``hbir``
 does not import torch; running a model (``Function.feed``) does.
 """
 
-from hbir.diagnostics import (
+from hbir.errors import (
     HbirError,
     HbirFileError,
     HbirParseError,

@@ -37,8 +37,7 @@ def convert(qat_bc: Module, march: str, advice: bool = False) -> Module:
 
 def cpu_advice(quantized: Module) -> list[str]:
     """``<location>: '<op>' runs on the CPU: <why>`` for every float island op."""
-    from hbir.module import op_device
-    from hbir.passes.fixed_point import ATTR_CPU_REASON
+    from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
 
     lines = []
     for f in quantized.functions:

@@ -11,75 +11,40 @@ the MLIR-style first line plus the offending source line and a caret:
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    AnyFloat,
+    ComplexType,
+    FileLineColLoc,
+    IndexType,
+    IntegerType,
+    ModuleOp,
+    RankedStructure,
+)
 from xdsl.ir import Operation
+from xdsl.irdl import base
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
+from hbir.errors import HbirError, HbirFileError, HbirParseError, HbirVerifyError
 
-def _cache_dense_type_constraint() -> None:
-    """Work around an xDSL 0.74 slowdown: its parser rebuilds one type constraint
-    (``base(RankedStructure[...])``) for every ``dense<...>`` literal, which costs
-    more than parsing the literal itself. The constraint is immutable, so caching
-    ``base`` is safe; it makes weight-heavy models parse about 20 % faster."""
-    import functools
+__all__ = [
+    "HbirError",
+    "HbirFileError",
+    "HbirParseError",
+    "HbirVerifyError",
+    "TrackingParser",
+    "describe_location",
+    "parse_module",
+    "verify",
+]
 
-    import xdsl.parser.attribute_parser as attribute_parser
-
-    if not hasattr(attribute_parser.base, "cache_info"):
-        attribute_parser.base = functools.cache(attribute_parser.base)
-
-
-def _print_finite_floats_in_decimal() -> None:
-    """Work around an xDSL 0.74 round-trip bug: a finite float whose shortest exact
-    form has no '.' (``-1048576.0`` at 17 digits) prints as a hex bit pattern, which
-    xDSL's own parser rejects inside ``array<f64: ...>``. Print such values as
-    ``%.17e`` (``%.9e`` for f32) instead: exact, and valid MLIR everywhere."""
-    import math
-
-    from xdsl.dialects.builtin import Float32Type, Float64Type
-    from xdsl.printer import Printer
-
-    original = Printer.print_float
-    if getattr(original, "_hbir_decimal", False):
-        return
-
-    def print_float(self, value, type):
-        if math.isfinite(value) and isinstance(type, Float32Type | Float64Type):
-            short = f"{value:.5e}"
-            at = short.find("e")
-            short = short[:at] + "0" + short[at:]
-            if type.unpack(type.pack([float(short)]), 1)[0] != value:
-                digits = 17 if isinstance(type, Float64Type) else 9
-                text = f"{value:.{digits}g}"
-                if "." not in text:
-                    self.print_string(f"{value:.{digits - 1}e}")
-                    return
-        original(self, value, type)
-
-    print_float._hbir_decimal = True
-    Printer.print_float = print_float
-
-
-_cache_dense_type_constraint()
-_print_finite_floats_in_decimal()
-
-
-class HbirError(Exception):
-    """Any error caused by user input: bad IR, a bad file, a bad feed, a bad option."""
-
-
-class HbirParseError(HbirError):
-    """IR text that does not parse."""
-
-
-class HbirVerifyError(HbirError):
-    """IR that parses but breaks an op's rules."""
-
-
-class HbirFileError(HbirError):
-    """A model file that cannot be read: wrong suffix, truncated, corrupt, too new."""
+# The type a ``dense<...>`` literal must have, built once (see
+# ``TrackingParser._parse_dense_literal_type``).
+_DENSE_LITERAL_TYPE = base(
+    RankedStructure[IntegerType | IndexType | AnyFloat | ComplexType]
+)
 
 
 def _caret(span: Span) -> str:
@@ -98,7 +63,15 @@ class _UnknownOpError(ParseError):
 
 
 class TrackingParser(Parser):
-    """A parser that remembers where each operation starts in the source."""
+    """A parser that remembers where each operation starts in the source.
+
+    It also works around an xDSL 0.74 slowdown (an upstream candidate): xDSL's
+    ``AttrParser._parse_dense_literal_type`` rebuilds one type constraint
+    (``base(RankedStructure[...])``) for every ``dense<...>`` literal, which costs
+    more than parsing the literal itself. The constraint is immutable, so this
+    parser builds it once; weight-heavy models parse about 20 % faster. Only this
+    parser changes: xDSL's own stays as it is.
+    """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -116,6 +89,18 @@ class TrackingParser(Parser):
             raise _UnknownOpError(span, e.msg) from None
         self.op_spans[op] = span
         return op
+
+    def _parse_dense_literal_type(self):
+        # xDSL 0.74's body, with the constraint built once instead of per literal.
+        type = self.expect(self.parse_optional_type, "Dense attribute must be typed!")
+        if not _DENSE_LITERAL_TYPE.verifies(type):
+            self.raise_error(
+                "Expected memref, vector or tensor type of "
+                "integer, index, float, or complex type"
+            )
+        if any(dim == DYNAMIC_INDEX for dim in list(type.get_shape())):
+            self.raise_error("Dense literal attribute should have a static shape.")
+        return type
 
 
 def parse_module(

@@ -19,14 +19,15 @@ pickle: a ``.bc`` file is data only.
 from __future__ import annotations
 
 import io
+import math
 import os
 import struct
 import zlib
 
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import Float32Type, Float64Type, ModuleOp
 from xdsl.printer import Printer
 
-from hbir.diagnostics import HbirFileError
+from hbir.errors import HbirFileError
 
 MAGIC = b"HBIRBC\x00\x01"
 FORMAT_MAJOR = 1
@@ -35,10 +36,34 @@ _HEADER = struct.Struct("<8sHHIQQ")
 SUFFIXES = (".bc", ".mlir")
 
 
+class HbirPrinter(Printer):
+    """xDSL's printer with finite floats always in decimal: what hbir prints with.
+
+    It works around an xDSL 0.74 round-trip bug (an upstream candidate):
+    ``Printer.print_float`` prints a finite float whose shortest exact form has no
+    '.' (``-1048576.0`` at 17 digits) as a hex bit pattern, which xDSL's own parser
+    rejects inside ``array<f64: ...>``. Such values print as ``%.16e`` (``%.8e``
+    for f32) here instead: exact, and valid MLIR everywhere. xDSL's own printer
+    stays as it is.
+    """
+
+    def print_float(self, value: float, type) -> None:
+        if math.isfinite(value) and isinstance(type, Float32Type | Float64Type):
+            short = f"{value:.5e}"
+            at = short.find("e")
+            short = short[:at] + "0" + short[at:]
+            if type.unpack(type.pack([float(short)]), 1)[0] != value:
+                digits = 17 if isinstance(type, Float64Type) else 9
+                if "." not in f"{value:.{digits}g}":
+                    self.print_string(f"{value:.{digits - 1}e}")
+                    return
+        super().print_float(value, type)
+
+
 def print_module(module: ModuleOp, generic: bool = True, debuginfo: bool = True) -> str:
     """The module as MLIR text (generic form with locations: lossless)."""
     stream = io.StringIO()
-    Printer(
+    HbirPrinter(
         stream=stream, print_generic_format=generic, print_debuginfo=debuginfo
     ).print_op(module)
     stream.write("\n")

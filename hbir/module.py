@@ -27,13 +27,13 @@ from hbir import files
 from hbir.diagnostics import HbirError, parse_module
 from hbir.dialects import make_context
 from hbir.dialects.hbir import numpy_dtype
+from hbir.passes.fixed_point import ATTR_FUSE_REQUANTIZE, ATTR_LEGACY_ROUND, op_device
 
-# Module attributes that record how the model was made (see ARCHITECTURE §3).
+# Module attributes that record how the model was made (see ARCHITECTURE §3); the
+# two that convert reads are defined with it, in passes/fixed_point.py.
 ATTR_MARCH = "hbir.march"
-ATTR_LEGACY_ROUND = "hbir.legacy_round"
 ATTR_CONSISTENCY_LEVEL = "hbir.consistency_level"
 ATTR_HIGH_PRECISION_QPP = "hbir.high_precision_qpp"
-ATTR_FUSE_REQUANTIZE = "hbir.fuse_requantize"
 ATTR_ARG_NAME = "hbir.name"
 
 
@@ -323,31 +323,3 @@ def statistics(
             device[op.name] = device.get(op.name, 0) + 1
         result[f.name] = {k: dict(sorted(v.items())) for k, v in counts.items()}
     return result
-
-
-# Ops at a float island's edge or holding data; they run where their codes live.
-_BOUNDARY_OPS = ("qnt.quantize", "qnt.dequantize", "hbir.constant")
-
-
-def op_device(op) -> str:
-    """ "cpu" for float compute (a float island, or marked by check-march), else
-    "npu". Quantize / dequantize (the NPU's vector unit converts at the island
-    edges) and constants count as NPU."""
-    device = op.attributes.get("hbir.device")
-    if isinstance(device, StringAttr):
-        return device.data
-    if op.name in _BOUNDARY_OPS:
-        return "npu"
-    values = list(op.results) + list(op.operands)
-    if any(
-        isinstance(v.type, TensorType) and _is_float_type(v.type.element_type)
-        for v in values
-    ):
-        return "cpu"
-    return "npu"
-
-
-def _is_float_type(element: Attribute) -> bool:
-    from hbir.dialects.hbir import is_float
-
-    return is_float(element)

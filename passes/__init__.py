@@ -23,6 +23,8 @@ PassFactory = Callable[[], type[ModulePass]]
 # name -> (module, class). A pass lives in passes/<name with _>.py.
 _OURS: dict[str, tuple[str, str]] = {
     "cleanup": ("hbir.passes.cleanup", "CleanupPass"),
+    "configure-lut": ("hbir.passes.configure_lut", "ConfigureLutPass"),
+    "fold-constants": ("hbir.passes.fold_constants", "FoldConstantsPass"),
     "expand-fake-quant": ("hbir.passes.expand_fake_quant", "ExpandFakeQuantPass"),
     "check-march": ("hbir.passes.check_march", "CheckMarchPass"),
     "sink-dequantize": ("hbir.passes.sink_dequantize", "SinkDequantizePass"),

@@ -29,8 +29,9 @@ from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of
 from hbir.passes import fixed_point as fp
 from hbir.passes.march import March, get_march
+from hbir.runtime import op_table
 
-_GEMMS = (hbir.Conv2dOp, hbir.ConvTranspose2dOp, hbir.LinearOp, hbir.MatmulOp)
+_GEMMS = hbir.ops_lowered_as(op_table.GEMM)
 
 
 def _gemm_reason(op: Operation, march: March) -> str | None:

@@ -102,7 +102,7 @@ def _magnitude_bits(c: fp.Codes) -> int:
     widths of an integer product, else from the element type."""
     owner = c.codes.owner
     if isinstance(owner, hbir.ConstantOp):
-        values = fp.dense_values(owner.value).astype(np.int64)
+        values = hbir.dense_array(owner.value).astype(np.int64)
         return int(np.max(np.abs(values), initial=1)).bit_length()
     if isinstance(owner, hbir.MulOp) and all(
         isinstance(v.owner, hbir.CastOp) for v in owner.operands

@@ -6,17 +6,17 @@ requantization: ``y = clamp(round(acc * s_x * s_w[c] * fl32(1/s_y)), lo, hi)`` w
 the multiplier from ``numerics.quantize_multiplier`` of that float64 product and one
 rounding (the model's mode).
 
-Bias: a dequantized int32 bias at exactly ``fl32(s_x) * fl32(s_w[c])`` (consistency
-level 2) is the gemm's si32 bias operand, exact. A float bias (the default level,
-where fake quantization adds it in float) is quantized on a grid ``2**F`` times
-finer than the accumulator, ``F`` as large as int32 headroom allows (up to 16):
-the accumulator is shifted left by ``F`` (exact), the bias codes are added, and
-the requantization divides by ``2**F`` in the same single rounding. Rounding the
-bias to the accumulator grid itself would put up to half an accumulator LSB of
-error before the final rounding (about 0.04 % of outputs off by 1 LSB per layer,
-compounding through a network); the finer grid divides that by ``2**F``.
-Without requantize fusion (consistency level 0) every bias takes this separate
-add.
+Bias: a dequantized int32 bias on the grid ``numerics.bias_scale(s_x, s_w)``
+(consistency level 2), when that grid is exactly ``s_x * s_w[c]``, is the gemm's
+si32 bias operand, exact. A float bias (the default level, where fake quantization
+adds it in float) is quantized on a grid ``2**F`` times finer than the accumulator,
+``F`` as large as int32 headroom allows (up to 16): the accumulator is shifted left
+by ``F`` (exact), the bias codes are added, and the requantization divides by
+``2**F`` in the same single rounding. Rounding the bias to the accumulator grid
+itself would put up to half an accumulator LSB of error before the final rounding
+(about 0.04 % of outputs off by 1 LSB per layer, compounding through a network);
+the finer grid divides that by ``2**F``. Without requantize fusion (consistency
+level 0) every bias takes this separate add.
 
 Before::
 
@@ -57,7 +57,7 @@ from xdsl.pattern_rewriter import (
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of, si
 from hbir.passes import fixed_point as fp
-from hbir.runtime import numerics
+from hbir.runtime import numerics, op_table
 
 
 def _operands(op: Operation) -> tuple[SSAValue, SSAValue, SSAValue | None]:
@@ -87,25 +87,33 @@ def weight_scales(op: Operation, w: fp.Codes) -> np.ndarray | None:
     return None
 
 
+def _acc_scale(s_x: np.float32, s_w: np.ndarray) -> np.ndarray:
+    """The accumulator's real scale ``s_x * s_w[c]``, exact in float64."""
+    return np.float64(s_x) * s_w.astype(np.float64)
+
+
 def bias_values(
-    bias: SSAValue | None, acc_scale: np.ndarray, channels: int
+    bias: SSAValue | None, s_x: np.float32, s_w: np.ndarray, channels: int
 ) -> tuple[np.ndarray, bool] | None | bool:
     """(bias in accumulator LSBs as float64, exact-integer?) or None / False.
 
     None without a bias; False when the bias is neither a float constant nor
-    dequantized constant codes. A dequantized int32 bias at exactly ``acc_scale``
-    (consistency level 2) is exact.
+    dequantized constant codes. A dequantized int32 bias on the grid exact QAT
+    uses (consistency level 2, ``numerics.bias_scale``) is exact when that float32
+    grid is the accumulator's exact scale ``s_x * s_w[c]``.
     """
     if bias is None:
         return None
-    acc_scale = np.broadcast_to(acc_scale, (channels,))
+    acc_scale = np.broadcast_to(_acc_scale(s_x, s_w), (channels,))
     codes = fp.codes_of(bias)
     if codes is not None:
         if not isinstance(codes.codes.owner, hbir.ConstantOp):
             return False
-        ints = fp.dense_values(codes.codes.owner.value).astype(np.int64)
+        ints = hbir.dense_array(codes.codes.owner.value).astype(np.int64)
         scales = np.broadcast_to(codes.scales.astype(np.float64), (channels,))
-        if codes.bits == 32 and np.array_equal(scales, acc_scale):
+        grid = np.broadcast_to(numerics.bias_scale(s_x, s_w), (channels,))
+        on_grid = codes.bits == 32 and np.array_equal(scales, grid)
+        if on_grid and np.array_equal(grid, acc_scale):
             return ints.astype(np.float64), True
         values = ints.astype(np.float64) * scales
     else:
@@ -157,7 +165,7 @@ def _integer_op(op: Operation, x: SSAValue, w: SSAValue, b: SSAValue | None):
     return hbir.MatmulOp(x, w)
 
 
-GEMMS = (hbir.Conv2dOp, hbir.ConvTranspose2dOp, hbir.LinearOp, hbir.MatmulOp)
+GEMMS = hbir.ops_lowered_as(op_table.GEMM)
 
 
 class LowerGemm(RewritePattern):
@@ -178,8 +186,8 @@ class LowerGemm(RewritePattern):
         if s_w is None or consumer is None:
             return
         axis, channels = _out_channels(op)
-        acc_scale = np.float64(x.scales[0]) * s_w.astype(np.float64)
-        bias_lsb = bias_values(bias, acc_scale, channels)
+        acc_scale = _acc_scale(x.scales[0], s_w)
+        bias_lsb = bias_values(bias, x.scales[0], s_w, channels)
         if bias_lsb is False:
             return
         new: list[Operation] = []

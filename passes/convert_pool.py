@@ -44,6 +44,7 @@ from xdsl.pattern_rewriter import (
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of, si
 from hbir.passes import fixed_point as fp
+from hbir.runtime import op_table
 
 # Fine-grid bits for average pooling: |x| * 2**F stays below 2**30.
 FINE_BITS = {8: 22, 16: 14}
@@ -62,15 +63,12 @@ def _reduction(op: Operation) -> tuple[list[int], bool, int] | None:
     return dims, bool(op.keepdim.value.data), divisor
 
 
+_POOLS = hbir.ops_lowered_as(op_table.POOL)
+
+
 class LowerPool(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        kinds = (
-            hbir.GlobalAvgPool2dOp,
-            hbir.ReduceMeanOp,
-            hbir.ReduceSumOp,
-            hbir.AvgPool2dOp,
-        )
-        if not isinstance(op, kinds) or fp.is_cpu(op):
+        if not isinstance(op, _POOLS) or fp.is_cpu(op):
             return
         if not hbir.is_float(op.results[0].type):
             return

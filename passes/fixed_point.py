@@ -188,6 +188,25 @@ def is_cpu(op: Operation) -> bool:
     return isinstance(device, StringAttr) and device.data == "cpu"
 
 
+# Ops at a float island's edge or holding data; they run where their codes live.
+_BOUNDARY_OPS = (qnt.QuantizeOp, qnt.DequantizeOp, hbir.ConstantOp)
+
+
+def op_device(op: Operation) -> str:
+    """Where ``op`` runs: its ``hbir.device`` (set by check-march), else "cpu" for
+    float compute (a float island), else "npu". Quantize / dequantize (the NPU's
+    vector unit converts at the island edges) and constants count as NPU."""
+    device = op.attributes.get(ATTR_DEVICE)
+    if isinstance(device, StringAttr):
+        return device.data
+    if isinstance(op, _BOUNDARY_OPS):
+        return "npu"
+    values = list(op.results) + list(op.operands)
+    if any(isinstance(v.type, TensorType) and hbir.is_float(v.type) for v in values):
+        return "cpu"
+    return "npu"
+
+
 def multipliers(real: np.ndarray) -> tuple[list[int], list[int]]:
     """Per-channel (multiplier, shift) with ``multiplier / 2**shift ~= real``.
 
@@ -291,17 +310,7 @@ def float_constant(value: SSAValue) -> np.ndarray | None:
     op = value.owner
     if not isinstance(op, hbir.ConstantOp) or not hbir.is_float(op.output.type):
         return None
-    return dense_values(op.value).astype(np.float64)
-
-
-def dense_values(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    """A dense attribute as a numpy array of its type's shape (splats expanded)."""
-    t = attr.get_type()
-    shape = tuple(t.get_shape())
-    flat = np.frombuffer(attr.data.data, hbir.numpy_dtype(t.element_type))
-    if flat.size == 1 and int(np.prod(shape)) != 1:
-        return np.full(shape, flat[0])
-    return flat.reshape(shape).copy()
+    return hbir.dense_array(op.value).astype(np.float64)
 
 
 def widen(value: SSAValue, width: int = 32) -> hbir.CastOp:

@@ -7,7 +7,7 @@ bisecting which stretch loses accuracy in convert is a matter of choosing IDs.
 ``bc_editor`` runs this pass from a JSON config.
 
 IDs are the ``%N`` numbers ``get_asm`` prints for the input module (the rule is in
-``hbir/op_ids.py``). Option syntax::
+``dialects/op_ids.py``). Option syntax::
 
     remove-fake-quant{ids=7}                 %7
     remove-fake-quant{ids=1-100,102}         every fake quant from %1 to %100
@@ -57,7 +57,7 @@ from xdsl.ir import BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from hbir.op_ids import OpIdError, id_function, value_ids
+from hbir.dialects.op_ids import OpIdError, id_function, value_ids
 
 # The qnt dialect is imported where it is used: it pulls in numpy, which
 # `hbir-opt --help` (it imports every pass) must not.

@@ -36,15 +36,14 @@ import torch.nn.functional as F
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     BFloat16Type,
-    DenseIntOrFPElementsAttr,
     FileLineColLoc,
     TensorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from hbir.dialects import hbir, qnt
-from hbir.dialects.hbir import numpy_dtype
-from hbir.runtime import numerics
+from hbir.dialects.hbir import dense_array, numpy_dtype
+from hbir.runtime import numerics, op_table
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -115,21 +114,6 @@ def _is_float(x: np.ndarray) -> bool:
     return x.dtype.kind == "f"
 
 
-def dense_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    """A dense attribute as a writable numpy array of its type's shape."""
-    t = attr.get_type()
-    assert isinstance(t, TensorType)
-    shape = tuple(t.get_shape())
-    if isinstance(t.element_type, BFloat16Type):
-        bits = np.frombuffer(attr.data.data, np.uint16).astype(np.uint32) << 16
-        flat = bits.view(np.float32)
-    else:
-        flat = np.frombuffer(attr.data.data, numpy_dtype(t.element_type))
-    if flat.size == 1 and np.prod(shape, dtype=np.int64) != 1:  # a splat kept once
-        return np.full(shape, flat[0])
-    return flat.reshape(shape).copy()
-
-
 # ------------------------------------------------------------------ constant
 
 
@@ -158,16 +142,9 @@ def _unary_float(fn: Callable[..., torch.Tensor]) -> Kernel:
     return kernel
 
 
-def _table_name(op: hbir.FloatUnaryOp) -> str:
-    name = op.name.removeprefix("hbir.")
-    if isinstance(op, hbir.GeluOp) and op.approximate.data == "tanh":
-        return "gelu_tanh"
-    return name
-
-
 def _lut_forward(op, x: np.ndarray, config, rounding: str) -> np.ndarray:
     return numerics.lut_forward(
-        _table_name(op),
+        op.table_name(),
         x,
         config.in_scale,
         config.in_bits,
@@ -488,32 +465,9 @@ def _lut(op: hbir.LutOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     segmented table the op's properties hold (``LutTable.to_arrays`` fields)."""
     if op.table is not None:
         return (dense_array(op.table)[x.astype(np.int64) + 128],)
-    table = numerics.LutTable.from_arrays(_lut_arrays(op))
+    table = op.lut_table()
     y = numerics.apply_lut(table, x.astype(np.int64))
     return (y.astype(numpy_dtype(_element(op.output))),)
-
-
-def _lut_arrays(op: hbir.LutOp) -> dict[str, np.ndarray | int]:
-    """The op's segment properties as ``LutTable.from_arrays`` expects them."""
-
-    def f32_bits(attr) -> int:
-        return int(np.float32(attr.value.data).view(np.uint32))
-
-    arrays: dict[str, np.ndarray | int] = {
-        "op": numerics.LUT_OPS.index(op.function.data),
-        "kind": numerics.LUT_KINDS.index(op.kind.data),
-        "rounding": (numerics.HALF_EVEN, numerics.HALF_UP).index(op.rounding.data),
-        "in_scale": f32_bits(op.in_scale),
-        "out_scale": f32_bits(op.out_scale),
-        "entries": np.zeros(0, np.int64),
-    }
-    for name in ("in_bits", "out_bits", "num_tables", "frac_bits"):
-        arrays[name] = getattr(op, name).value.data
-    for name in ("phase_mult", "phase_shift", "phase_bits", "octave_step"):
-        arrays[name] = getattr(op, name).value.data
-    for name in ("starts", "offsets", "slopes"):
-        arrays[name] = np.asarray(getattr(op, name).get_values(), np.int64)
-    return arrays
 
 
 # ------------------------------------------------------------------ image input
@@ -709,22 +663,10 @@ def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         raise _error(op, f"produced {got}, expected {dtype} {shape}")
 
 
-# Kernels whose result depends on the model's rounding mode.
-_ROUNDED = {
-    qnt.ConstFakeQuantOp,
-    hbir.SigmoidOp,
-    hbir.TanhOp,
-    hbir.ExpOp,
-    hbir.LogOp,
-    hbir.SqrtOp,
-    hbir.RsqrtOp,
-    hbir.ReciprocalOp,
-    hbir.SinOp,
-    hbir.CosOp,
-    hbir.GeluOp,
-    hbir.SiluOp,
-    hbir.HardsigmoidOp,
-    hbir.HardswishOp,
+# Kernels whose result depends on the model's rounding mode: fake quantization and
+# the lookup-table ops of the op table.
+_ROUNDED = {qnt.ConstFakeQuantOp} | {
+    cls for cls in KERNELS if cls.name in op_table.LUT_TABLES
 }
 
 
@@ -741,7 +683,7 @@ def run_function(
     the module has ``hbir.legacy_round``); quantize / requantize carry their own.
     ``on_op(op, results)`` is called after every op except the terminator.
     """
-    if rounding not in (numerics.HALF_EVEN, numerics.HALF_UP):
+    if rounding not in numerics.ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {rounding!r}")
     kernels = KERNELS
     if rounding != numerics.HALF_EVEN:

@@ -17,24 +17,20 @@ agree. Conventions:
 
 from __future__ import annotations
 
-import enum
 import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import ClassVar
 
 import numpy as np
 
+# How a value exactly halfway between two integers is rounded: the only valid
+# modes. The order is stored: a LUT table's ``rounding`` is an index into it.
 HALF_EVEN = "half_even"
 HALF_UP = "half_up"
-
-
-class RoundingMode(enum.StrEnum):
-    """How a value exactly halfway between two integers is rounded."""
-
-    HALF_EVEN = HALF_EVEN
-    HALF_UP = HALF_UP
+ROUNDING_MODES = (HALF_EVEN, HALF_UP)
 
 
 # ----------------------------------------------------------------- integer ranges
@@ -130,6 +126,18 @@ def scale_from_min_max(
     safe = np.where(scale > 0, scale, np.float32(1)).astype(np.float64)
     zero_point = np.clip(np.rint(qmin - lo / safe), qmin, qmax).astype(np.int64)
     return scale, zero_point
+
+
+def bias_scale(s_in, s_w) -> np.ndarray:
+    """The int32 bias grid of a conv / linear / affine: ``fl32(s_in * s_w[c])``.
+
+    The float32 product of the float32 input scale and the float32 weight scale(s),
+    rounded once, exactly as torch multiplies two float32 tensors. Exact QAT
+    (consistency level 2) fake-quantizes the bias to int32 on this grid; convert
+    adds those codes to the accumulator as they are when the grid equals the
+    accumulator's exact scale ``s_in * s_w[c]`` (e.g. power-of-two scales).
+    """
+    return np.asarray(s_in, np.float32) * np.asarray(s_w, np.float32)
 
 
 # ----------------------------------------------------------------- quantization
@@ -454,7 +462,6 @@ LUT_TYPICAL_RANGES: dict[str, list[tuple[float, float]]] = {
 
 LUT_OPS = tuple(LUT_FUNCTIONS)
 LUT_KINDS = ("direct", "segments", "periodic", "exponent")
-_ROUNDINGS = (HALF_EVEN, HALF_UP)
 _PERIODIC_OPS = ("sin", "cos")
 # op -> (mantissa octaves, direction of the power-of-two shift: +1 divides by it,
 # -1 multiplies, 0 adds k * ln 2 instead); see _apply_exponent.
@@ -484,6 +491,39 @@ def check_num_tables(num_tables: int) -> int:
             f"num_tables must be a positive multiple of 6, got {num_tables!r}"
         )
     return int(num_tables)
+
+
+@dataclass(frozen=True)
+class LutConfig:
+    """Which table a quantized nonlinear op between two fake quantizations uses.
+
+    Input and output are per-tensor symmetric grids (``scale``, ``bits``), so the
+    table is a function of the input codes only; ``build_lut`` builds it.
+    """
+
+    num_tables: int
+    in_scale: float
+    in_bits: int
+    out_scale: float
+    out_bits: int
+
+    # The fields as they are stored on a LUT-ready op of the IR, in this order.
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "num_tables",
+        "in_scale",
+        "in_bits",
+        "out_scale",
+        "out_bits",
+    )
+
+    def __post_init__(self) -> None:
+        check_num_tables(self.num_tables)
+        for name in ("in_bits", "out_bits"):
+            if getattr(self, name) not in (8, 16):
+                raise ValueError(f"{name} must be 8 or 16, got {getattr(self, name)}")
+        for name in ("in_scale", "out_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 def _lut_kind(op: str, in_bits: int) -> str:
@@ -565,7 +605,7 @@ class LutTable:
                 f"{self.op} with {self.in_bits}-bit input is a "
                 f"{expected!r} table, not {self.kind!r}"
             )
-        if self.rounding not in _ROUNDINGS:
+        if self.rounding not in ROUNDING_MODES:
             raise ValueError(f"unknown rounding mode {self.rounding!r}")
         check_num_tables(self.num_tables)
         segmented = (self.starts.size, self.offsets.size, self.slopes.size)
@@ -633,12 +673,12 @@ class LutTable:
         """Plain ints and int64 arrays, for storing in the IR.
 
         ``op``, ``kind`` and ``rounding`` are indices into ``LUT_OPS``, ``LUT_KINDS``
-        and ``(HALF_EVEN, HALF_UP)``; scales are their float32 bit patterns.
+        and ``ROUNDING_MODES``; scales are their float32 bit patterns.
         """
         return {
             "op": LUT_OPS.index(self.op),
             "kind": LUT_KINDS.index(self.kind),
-            "rounding": _ROUNDINGS.index(self.rounding),
+            "rounding": ROUNDING_MODES.index(self.rounding),
             "in_scale": _f32_bits(self.in_scale),
             "out_scale": _f32_bits(self.out_scale),
             "in_bits": self.in_bits,
@@ -671,7 +711,7 @@ class LutTable:
             in_bits=ints["in_bits"],
             out_bits=ints["out_bits"],
             num_tables=ints["num_tables"],
-            rounding=_ROUNDINGS[ints["rounding"]],
+            rounding=ROUNDING_MODES[ints["rounding"]],
             frac_bits=ints["frac_bits"],
             entries=arrays["entries"],
             starts=arrays["starts"],
@@ -769,7 +809,7 @@ def build_lut(
         )
     if in_bits not in (8, 16) or out_bits not in (8, 16):
         raise ValueError(f"LUT bits must be 8 or 16, got in {in_bits}, out {out_bits}")
-    if rounding not in _ROUNDINGS:
+    if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {rounding!r}")
     s_in, s_out = float(np.float32(in_scale)), float(np.float32(out_scale))
     if not (0 < s_in < math.inf and 0 < s_out < math.inf):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.targets.mlir import MLIRTarget
 from xdsl.utils.exceptions import ArgSpecParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -25,7 +27,7 @@ from hbir.passes import (
     summaries,
     summary,
 )
-from hbir.passes.pipelines import PHASES, pipeline_up_to
+from hbir.passes.pipelines import PHASES, pipeline_up_to, stop_points
 
 # xDSL's own generic passes worth exposing next to ours.
 _XDSL_PASSES = {
@@ -42,6 +44,24 @@ def _plugins(argv: Sequence[str]) -> list[str]:
         elif arg.startswith("--load-plugin="):
             found.append(arg.split("=", 1)[1])
     return found
+
+
+@dataclass(frozen=True)
+class HbirMLIRTarget(MLIRTarget):
+    """xDSL's MLIR target, printing with ``files.HbirPrinter`` (exact floats)."""
+
+    def emit(self, ctx, module: ModuleOp, output: IO[str]) -> None:
+        if self.syntax_highlight:  # for a terminal: xDSL's colours
+            return super().emit(ctx, module, output)
+        printer = files.HbirPrinter(
+            stream=output,
+            print_generic_format=self.print_generic_format,
+            print_properties_as_attributes=self.print_properties_as_attributes,
+            print_debuginfo=self.print_debuginfo,
+        )
+        printer.print_op(module)
+        printer.print_metadata(ctx.loaded_dialects)
+        print("\n", file=output)
 
 
 class HbirOptMain(xDSLOptMain):
@@ -70,9 +90,7 @@ class HbirOptMain(xDSLOptMain):
             )
 
     def register_all_targets(self) -> None:
-        from xdsl.targets.mlir import MLIRTarget
-
-        self.available_targets["mlir"] = lambda: MLIRTarget
+        self.available_targets["mlir"] = lambda: HbirMLIRTarget
 
     def register_all_frontends(self) -> None:
         self.available_frontends["mlir"] = lambda io: None  # parse_chunk does it
@@ -82,9 +100,9 @@ class HbirOptMain(xDSLOptMain):
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument(
             "--compile-to",
-            choices=list(PHASES),
+            choices=stop_points(),
             default=None,
-            help="run the named phases up to and including this one, "
+            help="run the phases up to and including this phase or pass, "
             "verifying after each",
         )
         arg_parser.add_argument(

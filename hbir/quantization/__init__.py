@@ -12,9 +12,11 @@ The workflow of the reference toolchain::
 See docs/quantization.md.
 """
 
+import sys
+import types
+
 from hbir.quantization.consistency import ConsistencyStrategy
 from hbir.quantization.dtypes import QuantDType, qint8, qint16, qint32
-from hbir.quantization.export import ExportError, export
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
 from hbir.quantization.observers import (
     FixedScaleObserver,
@@ -30,6 +32,40 @@ from hbir.quantization.rounding import get_round_mode, is_legacy_round, set_roun
 from hbir.quantization.states import FakeQuantState, set_fake_quantize
 from hbir.quantization.stubs import DeQuantStub, QuantStub
 from hbir.quantization.tracing import PrepareError
+
+# Export builds xDSL IR: it loads on first use, so the torch side (prepare, fake
+# quantization, pre_export) imports no xDSL module.
+
+
+def __getattr__(name: str):
+    if name == "ExportError":
+        from hbir.quantization.export import ExportError
+
+        return ExportError
+    raise AttributeError(f"module 'hbir.quantization' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """``hbir.quantization.export`` is the function, loaded on first use.
+
+    The submodule of the same name loads lazily, and the import system binds it
+    to the package's ``export`` attribute whenever it first loads (whoever imports
+    it); the setter below keeps the function in its place.
+    """
+
+    @property
+    def export(self):
+        from hbir.quantization.export import export
+
+        return export
+
+    @export.setter
+    def export(self, submodule) -> None:
+        pass
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "ConsistencyStrategy",

@@ -399,6 +399,7 @@ def export(
     name: str = "forward",
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
+    stop_after: str | None = None,
 ) -> hbir.Module:
     """Translate a prepared (QAT) model into an ``hbir.Module`` (``qat.bc``).
 
@@ -406,6 +407,11 @@ def export(
     (``FakeQuantState.VALIDATION``).
     Inputs and outputs (tensors, or tuples/lists/dicts of them) flatten to
     ``_input_N`` / ``_output_N`` unless names are given.
+
+    Export is the 1:1 import of the captured graph followed by the passes of the
+    ``export`` phase (``hbir.passes.pipelines``). ``stop_after="import"`` returns
+    the import alone, a pass name stops after that pass (as ``hbir-opt
+    --compile-to=<pass>`` does).
     """
     inputs = _flatten_inputs(example_inputs)
     if isinstance(model, fx.GraphModule):
@@ -443,5 +449,27 @@ def export(
     if level is not None:
         attrs[ATTR_CONSISTENCY_LEVEL] = IntegerAttr(level, i64)
     module_op.attributes.update(attrs)
-    diagnostics.verify(module_op, filename=f"export of {type(model).__name__}")
+    where = f"export of {type(model).__name__}"
+    diagnostics.verify(module_op, filename=where)
+    if stop_after != "import":
+        _run_export_passes(module_op, stop_after or "export", where)
     return hbir.Module(module_op)
+
+
+def _run_export_passes(module_op: ModuleOp, stop: str, where: str) -> None:
+    """The ``export`` phase's passes up to ``stop``, verifying after each."""
+    from hbir.dialects import make_context
+    from hbir.passes import get_all_passes
+    from hbir.passes.pipelines import pipeline_up_to
+
+    try:
+        phases = pipeline_up_to(stop)
+    except ValueError as e:
+        raise ExportError(f"export: stop_after: {e}") from None
+    if [phase for phase, _ in phases] != ["export"]:
+        raise ExportError(f"export: stop_after={stop!r} is not a pass of export")
+    ctx = make_context()
+    available = get_all_passes()
+    for spec in phases[0][1]:
+        available[spec]()().apply(ctx, module_op)
+        diagnostics.verify(module_op, filename=f"{where}, after pass '{spec}'")

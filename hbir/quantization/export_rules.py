@@ -23,6 +23,8 @@ from hbir.quantization import qat_modules as qat
 from hbir.quantization import stubs
 from hbir.quantization.dtypes import qint32
 from hbir.quantization.export import Exporter, Unsupported
+from hbir.quantization.spellings import resolve
+from hbir.runtime import op_table
 
 Builder = Callable[[Exporter, fx.Node], object]
 
@@ -152,14 +154,30 @@ def _affine(ex: Exporter, node: fx.Node):
     dtype = ex.dtype(x)
     (x,) = _inputs(ex, mod, [x])
     shape = tuple(torch.empty(mod.weight.shape).reshape(mod.view_shape).shape)
-    w = _weight(ex, mod)
+    w = _broadcast_weight(ex, mod, shape)
     b = _bias(ex, mod, mod.exact)
     if mod.exact:
         x, w = ex.cast(x, torch.float64), ex.cast(w, torch.float64)
-    y = ex.emit(hb.MulOp(x, _reshaped(ex, w, shape)))
+    y = ex.emit(hb.MulOp(x, w))
     if b is not None:
         y = ex.emit(hb.AddOp(y, _reshaped(ex, b, shape)))
     return _output(ex, mod, y, dtype)
+
+
+def _broadcast_weight(ex: Exporter, mod: nn.Module, shape: tuple[int, ...]):
+    """The 1-D weight reshaped for broadcasting, then fake-quantized per channel
+    along the dim that holds it: the same values as reshaping the fake-quantized
+    weight, but the reshape is of a constant, which ``fold-constants`` folds."""
+    w = _reshaped(ex, ex.constant(mod.weight), shape)
+    fq = getattr(mod, "weight_fake_quant", None)
+    if fq is None or not bool(fq.fake_quant_enabled[0]) or fq.ch_axis < 0:
+        return ex.fake_quant(w, fq)
+    if mod.weight.dim() != 1:
+        raise Unsupported(f"a per-channel weight of shape {tuple(mod.weight.shape)}")
+    axis = shape.index(mod.weight.numel()) if mod.weight.numel() > 1 else 0
+    scale = fq.scale.detach().double().numpy()
+    zero = fq.zero_point.detach().double().numpy()
+    return ex.fake_quant_raw(w, scale, zero, int(fq.quant_min), int(fq.quant_max), axis)
 
 
 def _reshaped(ex: Exporter, value, shape: tuple[int, ...]):
@@ -287,34 +305,22 @@ def _reduce_module(op_cls):
 
 # ----------------------------------------------------------------- lookup tables
 
-_LUT_OPS = {
-    lut.Sigmoid: hb.SigmoidOp,
-    lut.Tanh: hb.TanhOp,
-    lut.Exp: hb.ExpOp,
-    lut.Log: hb.LogOp,
-    lut.Sqrt: hb.SqrtOp,
-    lut.Rsqrt: hb.RsqrtOp,
-    lut.Reciprocal: hb.ReciprocalOp,
-    lut.Sin: hb.SinOp,
-    lut.Cos: hb.CosOp,
-    lut.SiLU: hb.SiluOp,
-    lut.Hardsigmoid: hb.HardsigmoidOp,
-    lut.Hardswish: hb.HardswishOp,
-}
-
 
 def _lut_module(ex: Exporter, node: fx.Node):
-    """The hbir op with the table configuration ``pre_export`` evaluates."""
+    """The hbir op, asking for the module's ``num_tables``; ``configure-lut`` adds
+    the grids of the fake quantizations around it."""
     mod = _module(ex, node)
     (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
     if isinstance(mod, lut.GELU):
         op = hb.GeluOp(x, mod.approximate)
     else:
-        op = _LUT_OPS[type(mod)](x)
-    config = mod.table_config()
-    if config is not None:
-        op.set_lut_config(config)
+        op = _hbir_class(op_table.BY_OP[mod.op].hbir)(x)
+    op.num_tables = hb.i64_attr(mod.num_tables)
     return _output(ex, mod, ex.emit(op))
+
+
+def _hbir_class(name: str):
+    return next(cls for cls in hb.HBIR.operations if cls.name == name)
 
 
 # ----------------------------------------------------------------- float modules
@@ -346,7 +352,6 @@ MODULE_RULES: dict[type, Builder] = {
     stubs.QuantStub: _identity,
     stubs.DeQuantStub: _identity,
     nn.Identity: _identity,
-    nn.Dropout: _identity,
     nn.Conv2d: _weight_layer(_conv2d),
     nn.ConvTranspose2d: _weight_layer(_conv_transpose2d),
     nn.Linear: _weight_layer(_linear),
@@ -385,7 +390,7 @@ MODULE_RULES: dict[type, Builder] = {
     qat.QuantMean: _reduce_module(hb.ReduceMeanOp),
     qat.QuantSum: _reduce_module(hb.ReduceSumOp),
     **{cls: _binary_module for cls in _BINARY_OPS},
-    **{cls: _lut_module for cls in lut.LUT_MODULES},
+    **{cls: _lut_module for cls in lut.LUT_MODULES.values()},
 }
 
 
@@ -426,9 +431,19 @@ def _permutation(node: fx.Node, rank: int) -> list[int]:
     if target == "t":
         return list(range(rank))[::-1]
     if target == "movedim":
-        src, dst = args[:2]
-        return list(np.moveaxis(np.arange(rank), src, dst))
+        return _moved_dims(rank, *args[:2])
     raise Unsupported(f"permutation of {target}")
+
+
+def _moved_dims(rank: int, source, destination) -> list[int]:
+    """The permutation of ``movedim(source, destination)`` (ints or sequences)."""
+    source = [source] if isinstance(source, int) else list(source)
+    destination = [destination] if isinstance(destination, int) else list(destination)
+    perm: list[int | None] = [None] * rank
+    for s, d in zip(source, destination, strict=True):
+        perm[d % rank] = s % rank
+    rest = iter(d for d in range(rank) if d not in {s % rank for s in source})
+    return [p if p is not None else next(rest) for p in perm]
 
 
 def _transpose(ex: Exporter, node: fx.Node):
@@ -523,6 +538,43 @@ def _amax(ex: Exporter, node: fx.Node):
     return ex.emit(hb.ReduceMaxOp(x, dims, keepdim))
 
 
+def _roll(ex: Exporter, node: fx.Node):
+    """``roll``: per rolled dim, the last ``shift`` entries then the rest (concat)."""
+    x = ex.tensor(node.args[0])
+    shifts = _arg(node, 1, "shifts")
+    dims = _arg(node, 2, "dims", None)
+    if dims is None:
+        raise Unsupported("roll without dims (of the flattened tensor)")
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    y = x
+    for shift, dim in zip(shifts, dims, strict=True):
+        shape = hb.shape_of(y)
+        dim %= len(shape)
+        shift %= shape[dim]
+        if shift == 0:
+            continue
+        begin, end = [0] * len(shape), list(shape)
+        begin[dim] = shape[dim] - shift
+        tail = ex.emit(hb.SliceOp(y, begin, end))
+        begin[dim], end[dim] = 0, shape[dim] - shift
+        head = ex.emit(hb.SliceOp(y, begin, end))
+        y = ex.emit(hb.ConcatOp([tail, head], dim))
+    return y
+
+
+def _repeat(ex: Exporter, node: fx.Node):
+    """``repeat`` / ``expand`` / ``expand_as``: copies concatenated along each dim."""
+    x = ex.tensor(node.args[0])
+    out = ex.recorded_shape(node)
+    shape = (1,) * (len(out) - len(hb.shape_of(x))) + hb.shape_of(x)
+    y = _reshaped(ex, x, shape)
+    for dim, (have, want) in enumerate(zip(shape, out, strict=True)):
+        if want != have:
+            y = ex.emit(hb.ConcatOp([y] * (want // have), dim))
+    return y
+
+
 def _pad(ex: Exporter, node: fx.Node):
     x = ex.tensor(node.args[0])
     pads = list(_arg(node, 1, "pad"))
@@ -578,28 +630,28 @@ def _float_binary(op_cls, reverse: bool = False):
     return build
 
 
+# Importers of the op table's pass-through ops (what prepare leaves as torch calls),
+# by op; by spelling where one op has spellings of different meaning.
+_PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
+    "reshape": _reshape,
+    "transpose": _transpose,
+    "split": _split,
+    "amax": _amax,
+    "cast": _to_same,
+    "dropout": _identity,
+    "pad": _pad,
+    "interpolate": _interpolate,
+    "roll": _roll,
+    "repeat": _repeat,
+}
+_SPELLING_IMPORTERS: dict[str, Builder] = {
+    "operator.getitem": _getitem,
+    "torch.narrow": _narrow,
+    "Tensor.narrow": _narrow,
+}
+
+# Float models (not prepared): the float ops themselves.
 FUNCTION_RULES: dict[object, Builder] = {
-    torch.flatten: _reshape,
-    torch.reshape: _reshape,
-    torch.squeeze: _reshape,
-    torch.unsqueeze: _reshape,
-    torch.permute: _transpose,
-    torch.transpose: _transpose,
-    torch.swapaxes: _transpose,
-    torch.t: _transpose,
-    torch.movedim: _transpose,
-    torch.split: _split,
-    torch.chunk: _split,
-    torch.unbind: _split,
-    torch.narrow: _narrow,
-    torch.amax: _amax,
-    torch.clone: _to_same,
-    torch.detach: _to_same,
-    operator.getitem: _getitem,
-    F.dropout: _identity,
-    F.pad: _pad,
-    F.interpolate: _interpolate,
-    # float models
     operator.add: _float_binary(hb.AddOp),
     torch.add: _float_binary(hb.AddOp),
     operator.sub: _float_binary(hb.SubOp),
@@ -618,35 +670,29 @@ FUNCTION_RULES: dict[object, Builder] = {
 }
 
 METHOD_RULES: dict[str, Builder] = {
-    "view": _reshape,
-    "view_as": _reshape,
-    "reshape": _reshape,
-    "reshape_as": _reshape,
-    "flatten": _reshape,
-    "unflatten": _reshape,
-    "squeeze": _reshape,
-    "unsqueeze": _reshape,
-    "permute": _transpose,
-    "transpose": _transpose,
-    "t": _transpose,
-    "movedim": _transpose,
-    "contiguous": _to_same,
-    "clone": _to_same,
-    "detach": _to_same,
-    "float": _to_same,
-    "to": _to_same,
-    "type_as": _to_same,
-    "split": _split,
-    "chunk": _split,
-    "unbind": _split,
-    "narrow": _narrow,
-    "amax": _amax,
     "add": _float_binary(hb.AddOp),
     "sub": _float_binary(hb.SubOp),
     "mul": _float_binary(hb.MulOp),
     "relu": _float_fn(hb.ReluOp),
     "sigmoid": _float_fn(hb.SigmoidOp),
 }
+
+
+def _derive_passthrough() -> None:
+    for entry in op_table.OPS:
+        if entry.quantized != op_table.PASSTHROUGH:
+            continue
+        for spelling in entry.torch:
+            builder = _SPELLING_IMPORTERS.get(spelling)
+            builder = builder or _PASSTHROUGH_IMPORTERS[entry.op]
+            kind, target = resolve(spelling)
+            if kind == "module":
+                MODULE_RULES[target] = builder
+            else:
+                (METHOD_RULES if kind == "method" else FUNCTION_RULES)[target] = builder
+
+
+_derive_passthrough()
 
 
 def find(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[Builder | None, str]:

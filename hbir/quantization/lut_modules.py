@@ -25,14 +25,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hbir.dialects.hbir import LutConfig
 from hbir.quantization.dtypes import qint16
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.observers import FixedScaleObserver
 from hbir.quantization.qat_modules import QATModule
 from hbir.quantization.qconfig import QConfig
 from hbir.quantization.rounding import get_round_mode
-from hbir.runtime import numerics
+from hbir.runtime import numerics, op_table
+from hbir.runtime.numerics import LutConfig
 
 # One definition of the defaults: the measured tables of runtime/numerics.py.
 DEFAULT_NUM_TABLES = numerics.DEFAULT_NUM_TABLES
@@ -46,10 +46,17 @@ _RECIPROCAL_FLOOR = 1e-18
 _EXP_CEILING = 80.0
 
 
+_registered: list[type[LutModule]] = []
+
+
 class LutModule(QATModule):
     """Base of the LUT-ready modules: ``activation_post_process(function(x))``."""
 
     op: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        _registered.append(cls)
 
     def __init__(self, qconfig: QConfig, num_tables: int | None = None) -> None:
         super().__init__()
@@ -64,17 +71,10 @@ class LutModule(QATModule):
 
     @num_tables.setter
     def num_tables(self, value: int) -> None:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or value <= 0
-            or value % 6
-        ):
-            raise ValueError(
-                f"{type(self).__name__}.num_tables must be a positive multiple of 6, "
-                f"got {value!r}"
-            )
-        self._num_tables = value
+        try:
+            self._num_tables = numerics.check_num_tables(value)
+        except ValueError as e:
+            raise ValueError(f"{type(self).__name__}.{e}") from None
 
     def function(self, x: torch.Tensor) -> torch.Tensor:
         """The float function the table approximates."""
@@ -102,7 +102,7 @@ class LutModule(QATModule):
 
     def table_name(self) -> str:
         """The name of this op's table in ``numerics.LUT_FUNCTIONS``."""
-        return self.op
+        return op_table.table_name(op_table.BY_OP[self.op].hbir)
 
     def table_config(self) -> LutConfig | None:
         """The table the input and output fake quants define, if both are on.
@@ -254,7 +254,7 @@ class GELU(LutModule):
         return F.gelu(x, approximate=self.approximate)
 
     def table_name(self) -> str:
-        return "gelu_tanh" if self.approximate == "tanh" else "gelu"
+        return op_table.table_name(op_table.BY_OP[self.op].hbir, self.approximate)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", approximate={self.approximate!r}"
@@ -281,18 +281,5 @@ class Hardswish(LutModule):
         return F.hardswish(x)
 
 
-LUT_MODULES = (
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Sin,
-    Cos,
-    GELU,
-    SiLU,
-    Hardsigmoid,
-    Hardswish,
-)
+# op name -> its module: every LutModule subclass that names an op
+LUT_MODULES: dict[str, type[LutModule]] = {cls.op: cls for cls in _registered if cls.op}

@@ -14,13 +14,10 @@ A builder raises :class:`Unsupported` for a variant it cannot quantize.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import fx, nn
 
 from hbir.quantization import lut_modules as lut
@@ -30,6 +27,8 @@ from hbir.quantization.decompositions import (
     LayerNormDecomposition,
     SoftmaxDecomposition,
 )
+from hbir.quantization.spellings import resolve
+from hbir.runtime import op_table
 
 
 class Unsupported(Exception):
@@ -104,34 +103,6 @@ def _module_batch_norm(q, mod, x, *, fused_relu=None):
     return qat.QuantAffine.from_batch_norm(mod, q()), (x,)
 
 
-MODULE_RULES: dict[type, OpRule] = {
-    nn.Conv2d: OpRule("conv2d", _weight_layer(qat.Conv2d)),
-    nn.ConvTranspose2d: OpRule("conv_transpose2d", _weight_layer(qat.ConvTranspose2d)),
-    nn.Linear: OpRule("linear", _weight_layer(qat.Linear)),
-    nn.MaxPool2d: OpRule("max_pool2d", _from_float(qat.MaxPool2d)),
-    nn.AvgPool2d: OpRule("avg_pool2d", _from_float(qat.AvgPool2d)),
-    nn.AdaptiveAvgPool2d: OpRule(
-        "adaptive_avg_pool2d", _from_float(qat.AdaptiveAvgPool2d)
-    ),
-    nn.ReLU: OpRule("relu", _module_simple(qat.ReLU)),
-    nn.ReLU6: OpRule("relu6", _module_simple(qat.ReLU6)),
-    nn.Hardtanh: OpRule("clamp", _module_hardtanh),
-    nn.Sigmoid: OpRule("sigmoid", _module_lut(lut.Sigmoid)),
-    nn.Tanh: OpRule("tanh", _module_lut(lut.Tanh)),
-    nn.GELU: OpRule("gelu", _module_lut(lut.GELU, approximate="approximate")),
-    nn.SiLU: OpRule("silu", _module_lut(lut.SiLU)),
-    nn.Hardsigmoid: OpRule("hardsigmoid", _module_lut(lut.Hardsigmoid)),
-    nn.Hardswish: OpRule("hardswish", _module_lut(lut.Hardswish)),
-    nn.Softmax: OpRule("softmax", _module_softmax),
-    nn.LayerNorm: OpRule("layer_norm", _module_layer_norm),
-    nn.BatchNorm2d: OpRule("affine", _module_batch_norm),
-}
-
-# Modules that are identities at inference stay in the graph as they are
-# (``prepare`` drops ``nn.Identity`` and turns ``nn.Flatten`` into ``torch.flatten``).
-PASSTHROUGH_MODULES = (nn.Dropout,)
-
-
 # ----------------------------------------------------------------- function builders
 
 
@@ -169,7 +140,8 @@ def _reduce(cls):
 
 
 def _unary(cls):
-    def build(q, input, *, out=None):
+    def build(q, input, inplace=False, *, out=None):
+        _require(out is None, "out=")
         return cls(q()), (input,)
 
     return build
@@ -267,93 +239,6 @@ def _adaptive_avg_pool2d(q, input, output_size):
     return qat.AdaptiveAvgPool2d(output_size, qconfig=q()), (input,)
 
 
-_ADD = OpRule("add", _binary(qat.QuantAdd))
-_SUB = OpRule("sub", _binary(qat.QuantSub))
-_MUL = OpRule("mul", _binary(qat.QuantMul))
-_DIV = OpRule("div", _div)
-_MATMUL = OpRule("matmul", _matmul)
-_MEAN = OpRule("mean", _reduce(qat.QuantMean))
-_SUM = OpRule("sum", _reduce(qat.QuantSum))
-_RELU = OpRule("relu", _unary_inplace(qat.ReLU))
-_RELU6 = OpRule("relu6", _unary_inplace(qat.ReLU6))
-_CLAMP = OpRule("clamp", _clamp)
-_SOFTMAX = OpRule("softmax", _softmax)
-_POW = OpRule("pow", _pow)
-_LUT = {cls.op: OpRule(cls.op, _unary(cls)) for cls in lut.LUT_MODULES}
-
-FUNCTION_RULES: dict[Callable, OpRule] = {
-    operator.add: _ADD,
-    operator.iadd: _ADD,
-    torch.add: _ADD,
-    operator.sub: _SUB,
-    operator.isub: _SUB,
-    torch.sub: _SUB,
-    operator.mul: _MUL,
-    operator.imul: _MUL,
-    torch.mul: _MUL,
-    operator.truediv: _DIV,
-    torch.div: _DIV,
-    torch.cat: OpRule("cat", _cat),
-    torch.concat: OpRule("cat", _cat),
-    torch.concatenate: OpRule("cat", _cat),
-    operator.matmul: _MATMUL,
-    torch.matmul: _MATMUL,
-    torch.bmm: _MATMUL,
-    torch.mean: _MEAN,
-    torch.sum: _SUM,
-    F.relu: _RELU,
-    torch.relu: _RELU,
-    F.relu6: _RELU6,
-    F.hardtanh: OpRule("clamp", _hardtanh),
-    torch.clamp: _CLAMP,
-    torch.clip: _CLAMP,
-    operator.pow: _POW,
-    torch.pow: _POW,
-    torch.square: OpRule("mul", _square),
-    torch.sigmoid: _LUT["sigmoid"],
-    F.sigmoid: _LUT["sigmoid"],
-    torch.tanh: _LUT["tanh"],
-    F.tanh: _LUT["tanh"],
-    torch.exp: _LUT["exp"],
-    torch.log: _LUT["log"],
-    torch.sqrt: _LUT["sqrt"],
-    torch.rsqrt: _LUT["rsqrt"],
-    torch.reciprocal: _LUT["reciprocal"],
-    torch.sin: _LUT["sin"],
-    torch.cos: _LUT["cos"],
-    F.gelu: OpRule("gelu", _gelu),
-    F.silu: OpRule("silu", _unary_inplace(lut.SiLU)),
-    F.hardsigmoid: OpRule("hardsigmoid", _unary_inplace(lut.Hardsigmoid)),
-    F.hardswish: OpRule("hardswish", _unary_inplace(lut.Hardswish)),
-    F.softmax: _SOFTMAX,
-    torch.softmax: _SOFTMAX,
-    F.layer_norm: OpRule("layer_norm", _layer_norm),
-    F.max_pool2d: OpRule("max_pool2d", _max_pool2d),
-    F._max_pool2d: OpRule("max_pool2d", _max_pool2d),
-    F.avg_pool2d: OpRule("avg_pool2d", _avg_pool2d),
-    F.adaptive_avg_pool2d: OpRule("adaptive_avg_pool2d", _adaptive_avg_pool2d),
-}
-
-METHOD_RULES: dict[str, OpRule] = {
-    "add": _ADD,
-    "add_": _ADD,
-    "sub": _SUB,
-    "mul": _MUL,
-    "div": _DIV,
-    "matmul": _MATMUL,
-    "mean": _MEAN,
-    "sum": _SUM,
-    "relu": _RELU,
-    "clamp": _CLAMP,
-    "clip": _CLAMP,
-    "pow": _POW,
-    "square": OpRule("mul", _square),
-    "softmax": _SOFTMAX,
-    **{op: _LUT[op] for op in ("sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt")},
-    **{op: _LUT[op] for op in ("reciprocal", "sin", "cos")},
-}
-
-
 # ----------------------------------------------------------------- pass-through
 
 
@@ -367,63 +252,107 @@ def _interpolate_keeps_grid(
     return mode == "nearest"
 
 
-PASSTHROUGH_FUNCTIONS: set[Callable] = {
-    torch.flatten,
-    torch.reshape,
-    torch.permute,
-    torch.transpose,
-    torch.swapaxes,
-    torch.squeeze,
-    torch.unsqueeze,
-    torch.split,
-    torch.chunk,
-    torch.unbind,
-    torch.narrow,
-    torch.t,
-    torch.movedim,
-    torch.flip,
-    torch.roll,
-    torch.amax,
-    torch.clone,
-    torch.detach,
-    operator.getitem,
-    F.dropout,
+# ----------------------------------------------------------------- the rule tables
+# Builders by (op, kind), where the op table's spellings of one op share one; by
+# spelling where a spelling has its own signature. LUT ops share generic builders.
+
+_MODULE_BUILDERS: dict[str, Callable] = {
+    "conv2d": _weight_layer(qat.Conv2d),
+    "conv_transpose2d": _weight_layer(qat.ConvTranspose2d),
+    "linear": _weight_layer(qat.Linear),
+    "max_pool2d": _from_float(qat.MaxPool2d),
+    "avg_pool2d": _from_float(qat.AvgPool2d),
+    "adaptive_avg_pool2d": _from_float(qat.AdaptiveAvgPool2d),
+    "relu": _module_simple(qat.ReLU),
+    "relu6": _module_simple(qat.ReLU6),
+    "clamp": _module_hardtanh,
+    "softmax": _module_softmax,
+    "layer_norm": _module_layer_norm,
+    "affine": _module_batch_norm,
 }
 
-PASSTHROUGH_METHODS: set[str] = {
-    "view",
-    "view_as",
-    "reshape",
-    "reshape_as",
-    "permute",
-    "transpose",
-    "flatten",
-    "unflatten",
-    "contiguous",
-    "squeeze",
-    "unsqueeze",
-    "split",
-    "chunk",
-    "unbind",
-    "narrow",
-    "t",
-    "movedim",
-    "flip",
-    "roll",
-    "amax",
-    "expand",
-    "expand_as",
-    "repeat",
-    "clone",
-    "detach",
-    "float",
-    "to",
-    "type_as",
+_FUNCTION_BUILDERS: dict[str, Callable] = {
+    "add": _binary(qat.QuantAdd),
+    "sub": _binary(qat.QuantSub),
+    "mul": _binary(qat.QuantMul),
+    "div": _div,
+    "cat": _cat,
+    "matmul": _matmul,
+    "mean": _reduce(qat.QuantMean),
+    "sum": _reduce(qat.QuantSum),
+    "relu": _unary_inplace(qat.ReLU),
+    "relu6": _unary_inplace(qat.ReLU6),
+    "clamp": _clamp,
+    "pow": _pow,
+    "softmax": _softmax,
+    "layer_norm": _layer_norm,
+    "max_pool2d": _max_pool2d,
+    "avg_pool2d": _avg_pool2d,
+    "adaptive_avg_pool2d": _adaptive_avg_pool2d,
 }
+
+_SPELLING_BUILDERS: dict[str, Callable] = {
+    "F.hardtanh": _hardtanh,
+    "torch.square": _square,
+    "Tensor.square": _square,
+    "F.gelu": _gelu,
+}
+
+
+def _lut_module_builder(cls):
+    attrs = {"approximate": "approximate"} if cls is lut.GELU else {}
+    return _module_lut(cls, **attrs)
+
 
 # Pass-through only for some arguments (a nonzero pad value or bilinear resize would
 # create values off the input grid).
-CONDITIONAL_PASSTHROUGH: dict[Callable, Callable[..., bool]] = {
-    F.pad: _pad_keeps_grid,
-    F.interpolate: _interpolate_keeps_grid,
+_CONDITIONS: dict[str, Callable[..., bool]] = {
+    "F.pad": _pad_keeps_grid,
+    "F.interpolate": _interpolate_keeps_grid,
 }
+
+MODULE_RULES: dict[type, OpRule] = {}
+FUNCTION_RULES: dict[Callable, OpRule] = {}
+METHOD_RULES: dict[str, OpRule] = {}
+# Modules that are identities at inference stay in the graph as they are
+# (``prepare`` drops ``nn.Identity`` and turns ``nn.Flatten`` into ``torch.flatten``).
+PASSTHROUGH_MODULES: tuple[type, ...] = ()
+PASSTHROUGH_FUNCTIONS: set[Callable] = set()
+PASSTHROUGH_METHODS: set[str] = set()
+CONDITIONAL_PASSTHROUGH: dict[Callable, Callable[..., bool]] = {}
+
+
+def _builder(entry: op_table.OpEntry, spelling: str, kind: str) -> Callable:
+    if spelling in _SPELLING_BUILDERS:
+        return _SPELLING_BUILDERS[spelling]
+    if entry.lut is not None:
+        cls = lut.LUT_MODULES[entry.op]
+        return _lut_module_builder(cls) if kind == "module" else _unary(cls)
+    table = _MODULE_BUILDERS if kind == "module" else _FUNCTION_BUILDERS
+    if entry.op not in table:
+        raise AssertionError(f"op table: no prepare builder for {spelling} ({kind})")
+    return table[entry.op]
+
+
+def _derive_rules() -> None:
+    """Fill the rule tables from the op table's torch spellings."""
+    global PASSTHROUGH_MODULES
+    for entry in op_table.OPS:
+        for spelling in entry.torch:
+            kind, target = resolve(spelling)
+            if entry.quantized == op_table.PASSTHROUGH:
+                if spelling in _CONDITIONS:
+                    CONDITIONAL_PASSTHROUGH[target] = _CONDITIONS[spelling]
+                elif kind == "module":
+                    PASSTHROUGH_MODULES += (target,)
+                elif kind == "method":
+                    PASSTHROUGH_METHODS.add(target)
+                else:
+                    PASSTHROUGH_FUNCTIONS.add(target)
+                continue
+            rule = OpRule(entry.op, _builder(entry, spelling, kind))
+            rules = {"module": MODULE_RULES, "function": FUNCTION_RULES}
+            rules.get(kind, METHOD_RULES)[target] = rule
+
+
+_derive_rules()

@@ -35,6 +35,7 @@ from hbir.quantization.dtypes import qint32
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
 from hbir.quantization.observers import FixedScaleObserver
 from hbir.quantization.qconfig import QConfig
+from hbir.runtime import numerics
 
 
 class QATModule(nn.Module):
@@ -170,7 +171,7 @@ class _WeightLayer(QATModule):
         return self.weight_fake_quant.scale
 
     def _exact_bias(self) -> torch.Tensor | None:
-        """The bias on the int32 grid ``fl32(s_in) * fl32(s_w[c])``, as float64."""
+        """The bias on the int32 grid ``numerics.bias_scale(s_in, s_w)``, as float64."""
         if self.bias is None:
             return None
         fq_in = self.input_fake_quants()[0] if self.input_fake_quants() else None
@@ -179,7 +180,9 @@ class _WeightLayer(QATModule):
             fq_in.fake_quant_enabled[0] and fq_w.fake_quant_enabled[0]
         ):
             return self.bias.double()
-        scale = (fq_in.scale * self._bias_scale()).float()
+        s_in = fq_in.scale.detach().cpu().numpy()
+        s_w = self._bias_scale().detach().cpu().numpy()
+        scale = torch.from_numpy(numerics.bias_scale(s_in, s_w)).to(fq_in.scale.device)
         zero = torch.zeros(scale.shape, dtype=torch.int32)
         return fake_quantize(self.bias.double(), scale, zero, qint32.min, qint32.max, 0)
 

@@ -17,8 +17,10 @@ _mode: str = numerics.HALF_EVEN
 def set_round_mode(mode: str) -> None:
     """Select ``"half_even"`` (default) or ``"half_up"`` (legacy) rounding."""
     global _mode
-    if mode not in (numerics.HALF_EVEN, numerics.HALF_UP):
-        raise ValueError(f"round mode must be 'half_even' or 'half_up', got {mode!r}")
+    if mode not in numerics.ROUNDING_MODES:
+        raise ValueError(
+            f"round mode must be one of {numerics.ROUNDING_MODES}, got {mode!r}"
+        )
     _mode = str(mode)
 
 

@@ -136,3 +136,41 @@ def test_malformed_mlir_file(tmp_path):
     first = str(info.value).splitlines()[0]
     assert first.startswith(f"{path}:4:")
     assert "Traceback" not in str(info.value)
+
+
+FLOATS_WITHOUT_POINT = """
+func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = qnt.const_fake_quant %x {min = array<f64: -1048576.0>, max = array<f64: 1048544.0>, bits = 16 : i64} : tensor<4xf32>
+  func.return %y : tensor<4xf32>
+}
+"""
+
+
+def test_floats_whose_shortest_form_has_no_point_round_trip(tmp_path):
+    """Regression (xDSL 0.74, see ``files.HbirPrinter``): -1048576.0 printed as a
+    hex bit pattern, which xDSL's parser rejects inside ``array<f64: ...>``."""
+    model = hbir.Module.parse(FLOATS_WITHOUT_POINT)
+    asm = model.module.get_asm()
+    assert "0x" not in asm
+    (op,) = [
+        op
+        for op in hbir.Module.parse(asm).module.op.walk()
+        if op.name == "qnt.const_fake_quant"
+    ]
+    assert op.min.get_values() == (-1048576.0,)
+    assert op.max.get_values() == (1048544.0,)
+    for suffix in (".bc", ".mlir"):
+        hbir.save(model, tmp_path / f"m{suffix}")
+        assert hbir.load(tmp_path / f"m{suffix}").module.get_asm() == asm
+
+
+def test_xdsl_printer_still_needs_the_decimal_workaround():
+    """When this fails, xDSL prints these floats re-parsably itself: drop
+    ``HbirPrinter.print_float``."""
+    import io
+
+    from xdsl.printer import Printer
+
+    stream = io.StringIO()
+    Printer(stream=stream).print_op(hbir.Module.parse(FLOATS_WITHOUT_POINT).module.op)
+    assert "array<f64: 0xC130000000000000>" in stream.getvalue()

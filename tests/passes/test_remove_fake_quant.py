@@ -11,8 +11,8 @@ from zoo_stages import calibrated
 
 import hbir
 from hbir.dialects import make_context
+from hbir.dialects.op_ids import OpIdError, op_ids, value_ids
 from hbir.dialects.qnt import ConstFakeQuantOp
-from hbir.op_ids import OpIdError, op_ids, value_ids
 from hbir.passes import get_all_passes
 from hbir.passes.remove_fake_quant import FAKE_QUANT, RemoveFakeQuantPass, parse_ids
 from hbir.quantization import export

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from hbir.quantization import FakeQuantize, MinMaxObserver, get_qconfig, qint16
 from hbir.quantization import lut_modules as lut
-from hbir.runtime import numerics
+from hbir.runtime import numerics, op_table
 
 REFERENCES = {
     lut.Sigmoid: torch.sigmoid,
@@ -30,8 +30,10 @@ POSITIVE_ONLY = (lut.Log, lut.Sqrt, lut.Rsqrt, lut.Reciprocal)
 
 
 def test_every_lut_op_has_a_module_and_a_default_table_count():
-    assert set(REFERENCES) == set(lut.LUT_MODULES)
-    for cls in lut.LUT_MODULES:
+    assert set(REFERENCES) == set(lut.LUT_MODULES.values())
+    lut_ops = {e.op for e in op_table.OPS if e.lut is not None}
+    assert set(lut.LUT_MODULES) == lut_ops
+    for cls in lut.LUT_MODULES.values():
         module = cls(get_qconfig())
         assert module.num_tables == lut.DEFAULT_NUM_TABLES[cls.op]
         assert module.num_tables > 0 and module.num_tables % 6 == 0

@@ -384,3 +384,17 @@ def test_float64_fake_quant_stays_float64_and_exact_for_32_bit_codes():
     y = numerics.fake_quant(x, scale, 0, -(2**31), 2**31 - 1)
     assert y.dtype == np.float64
     assert np.array_equal(y, x)  # on-grid values come back exactly
+
+
+def test_bias_scale_is_the_float32_product_torch_computes():
+    rng = np.random.default_rng(3)
+    s_in = np.float32(rng.uniform(1e-3, 1e-1))
+    s_w = rng.uniform(1e-4, 1e-2, 64).astype(np.float32)
+    got = numerics.bias_scale(s_in, s_w)
+    torch_product = (torch.tensor([s_in]) * torch.from_numpy(s_w)).numpy()
+    # Two float32 factors multiply exactly in float64; one rounding to float32.
+    rounded_once = (np.float64(s_in) * s_w.astype(np.float64)).astype(np.float32)
+    assert got.dtype == np.float32
+    assert np.array_equal(got, torch_product)
+    assert np.array_equal(got, rounded_once)
+    assert numerics.bias_scale(0.5, [0.25]).tolist() == [0.125]

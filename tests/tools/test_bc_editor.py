@@ -14,7 +14,7 @@ from zoo_stages import calibrated
 import hbir
 from hbir.bc_editor import ConfigError, QatBcEditor, remove_fake_quant
 from hbir.dialects.hbir import is_float
-from hbir.op_ids import OpIdError, op_ids
+from hbir.dialects.op_ids import OpIdError, op_ids
 from hbir.quantization import export
 
 FAKE_QUANT_LINE = re.compile(r'^\s*%(\d+) = "?qnt\.const_fake_quant\b')

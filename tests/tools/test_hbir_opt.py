@@ -84,3 +84,22 @@ def test_missing_input_file(tmp_path):
     res = opt(str(tmp_path / "absent.mlir"))
     assert res.returncode == 1
     assert "No such file" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_output_prints_floats_that_parse_back():
+    """hbir-opt prints with ``files.HbirPrinter``: -1048576.0 stays decimal (xDSL's
+    printer writes a hex pattern its own parser rejects in ``array<f64: ...>``)."""
+    text = (
+        "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "  %y = qnt.const_fake_quant %x {min = array<f64: -1048576.0>, "
+        "max = array<f64: 1048544.0>, bits = 16 : i64} : tensor<4xf32>\n"
+        "  func.return %y : tensor<4xf32>\n"
+        "}\n"
+    )
+    for args in ([], ["--print-op-generic"]):
+        res = opt(*args, input=text)
+        assert res.returncode == 0, res.stderr
+        assert "0x" not in res.stdout
+        again = opt(input=res.stdout)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == opt(input=text).stdout

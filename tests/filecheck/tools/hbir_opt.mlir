@@ -1,4 +1,6 @@
-// RUN: hbir-opt %s --compile-to=compile | filecheck %s
+// RUN: hbir-opt %s --compile-to=convert | filecheck %s
+// RUN: hbir-opt %s --compile-to=configure-lut | filecheck %s
+// RUN: not hbir-opt %s --compile-to=compile 2>&1 | filecheck %s --check-prefix=EMPTY
 // RUN: hbir-opt %s -o %t.bc && hbir-opt %t.bc --print-debuginfo | filecheck %s --check-prefix=BC
 // RUN: not hbir-opt %s -p no-such-pass 2>&1 | filecheck %s --check-prefix=NOPASS
 // RUN: not hbir-opt %S/Inputs/parse_error.mlir 2>&1 | filecheck %s --check-prefix=PARSE
@@ -13,6 +15,7 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
   func.return %y : tensor<4xf32>
 }
 
+// EMPTY: hbir-opt: error: phase 'compile' has no passes yet
 // NOPASS: hbir-opt: error: Unrecognized passes: ['no-such-pass']
 // PARSE: parse_error.mlir:3:3: error: Operation hbir.nope is not registered
 // PARSE-NEXT: %y = hbir.nope %x

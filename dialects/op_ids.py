@@ -29,7 +29,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, OpResult, Region, SSAValue
 from xdsl.traits import IsolatedFromAbove
 
-from hbir.diagnostics import HbirError
+from hbir.errors import HbirError
 
 
 class OpIdError(HbirError):

@@ -1,6 +1,7 @@
 """Entry point that lets plain ``xdsl-opt`` see the hbir and qnt dialects and passes.
 
-Registered in pyproject.toml under ``[project.entry-points."xdsl.universe"]``.
+Registered in pyproject.toml under ``[project.entry-points."xdsl.universe"]``. It
+lives with the tools, not the dialects, because it lists the passes too.
 """
 
 from xdsl.universe import Universe

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import sys
 
-from hbir.dialects.universe import HBIR_UNIVERSE
+from hbir.tools.universe import HBIR_UNIVERSE
 
 TEXT = """func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   %a = hbir.reshape %x : tensor<4xf32> -> tensor<2x2xf32>

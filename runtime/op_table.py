@@ -1,0 +1,306 @@
+"""The op table: one entry per op, the one place every layer reads what an op is.
+
+An entry binds
+
+* ``op``: the name ``prepare`` gives the op (generated module names, qconfig type
+  rules, ``model_check_result.txt``);
+* ``hbir``: the hbir op export imports it as (None: imports as nothing, an
+  identity);
+* ``lowering``: how ``convert`` brings that hbir op to fixed point (the family, and
+  so the pass, that lowers it; ``FLOAT`` ops stay float CPU islands);
+* ``torch``: the torch spellings ``prepare`` and ``export`` take for it, as text
+  (``"nn.Conv2d"``, ``"F.relu"``, ``"torch.sigmoid"``, ``"operator.add"``,
+  ``"Tensor.view"``), resolved on the torch side so this module imports neither
+  torch nor xDSL;
+* ``quantized``: how ``prepare`` quantizes it: ``MODULE`` (a QAT module with its own
+  output fake quant), ``DECOMPOSED`` (a chain of QAT modules), ``PASSTHROUGH``
+  (moves or selects values: keeps the producer's scale) or ``NONE`` (prepare never
+  sees it: IR-only ops);
+* ``lut``: the lookup table that evaluates it in fixed point, a key of
+  ``numerics.LUT_FUNCTIONS`` (``gelu`` with ``approximate="tanh"`` uses
+  ``gelu_tanh``);
+* ``cpu``: why ``convert`` leaves this op float on the CPU although its hbir ops
+  have a fixed-point lowering (a known gap, stated where users read it), or None.
+
+Everything else is derived from here: the dialect's table names and LUT op set, the
+interpreter's rounding-dependent kernels, the convert passes' op sets, prepare's
+rule tables and export's importers. ``docs/adding-ops.md`` shows how to add an op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---- convert lowering families (the pass that lowers the op)
+GEMM = "gemm"  # convert-gemm: int8/int16 operands, int32 accumulator, requantize
+ELEMENTWISE = "elementwise"  # convert-elementwise: add/sub/mul on aligned codes
+POOL = "pool"  # convert-pool: sums and means (int32 sum, then requantize)
+LUT = "lut"  # convert-lut: a lookup table on the input codes
+CLAMP = "clamp"  # fold-requantize: relu/clip become the requantization's bounds
+MOVE = "move"  # sink-dequantize: moves or selects codes, values unchanged
+QUANT = "quant"  # expand-fake-quant and friends: the quantization ops themselves
+INTEGER = "integer"  # already integer (made by convert or input adaptation)
+FLOAT = "float"  # no fixed-point form: stays a float CPU island
+LOWERINGS = (GEMM, ELEMENTWISE, POOL, LUT, CLAMP, MOVE, QUANT, INTEGER, FLOAT)
+
+# ---- how prepare quantizes an op
+MODULE = "module"
+DECOMPOSED = "decomposed"
+PASSTHROUGH = "passthrough"
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    op: str
+    hbir: str | None
+    lowering: str
+    torch: tuple[str, ...] = ()
+    quantized: str = MODULE
+    lut: str | None = None
+    cpu: str | None = None
+
+
+def _lut(op: str, *torch: str) -> OpEntry:
+    return OpEntry(op, f"hbir.{op}", LUT, torch, MODULE, lut=op)
+
+
+def _ir(name: str, lowering: str) -> OpEntry:
+    """An op that only exists in IR (no torch spelling)."""
+    return OpEntry(name.split(".", 1)[1], name, lowering, (), NONE)
+
+
+_METHODS_RESHAPE = ("view", "view_as", "reshape", "reshape_as", "flatten")
+_METHODS_RESHAPE += ("unflatten", "squeeze", "unsqueeze")
+
+OPS: tuple[OpEntry, ...] = (
+    # ---------------------------------------------------------------- weight layers
+    OpEntry("conv2d", "hbir.conv2d", GEMM, ("nn.Conv2d",)),
+    OpEntry("conv_transpose2d", "hbir.conv_transpose2d", GEMM, ("nn.ConvTranspose2d",)),
+    OpEntry("linear", "hbir.linear", GEMM, ("nn.Linear",)),
+    OpEntry(
+        "matmul",
+        "hbir.matmul",
+        GEMM,
+        ("operator.matmul", "torch.matmul", "torch.bmm", "Tensor.matmul"),
+    ),
+    # ---------------------------------------------------------------- arithmetic
+    OpEntry(
+        "add",
+        "hbir.add",
+        ELEMENTWISE,
+        ("operator.add", "operator.iadd", "torch.add", "Tensor.add", "Tensor.add_"),
+    ),
+    OpEntry(
+        "sub",
+        "hbir.sub",
+        ELEMENTWISE,
+        ("operator.sub", "operator.isub", "torch.sub", "Tensor.sub"),
+    ),
+    OpEntry(
+        "mul",
+        "hbir.mul",
+        ELEMENTWISE,
+        ("operator.mul", "operator.imul", "torch.mul", "Tensor.mul")
+        + ("torch.square", "Tensor.square"),
+    ),
+    # ``x * w + b`` per channel (batch norm in eval that fusion cannot fold into a
+    # conv)
+    OpEntry(
+        "affine",
+        "hbir.mul",
+        ELEMENTWISE,
+        ("nn.BatchNorm2d",),
+        cpu="its float bias is added in float (below consistency level 2), so the "
+        "product and the sum stay float",
+    ),
+    # ``x / number`` is a mul; ``x / y`` is ``x * reciprocal(y)``
+    OpEntry(
+        "div",
+        "hbir.mul",
+        ELEMENTWISE,
+        ("operator.truediv", "torch.div", "Tensor.div"),
+        DECOMPOSED,
+    ),
+    # exponent 2: mul; 0.5, -0.5, -1: the sqrt, rsqrt, reciprocal tables
+    OpEntry(
+        "pow", "hbir.mul", ELEMENTWISE, ("operator.pow", "torch.pow", "Tensor.pow")
+    ),
+    _ir("hbir.neg", FLOAT),
+    _ir("hbir.abs", FLOAT),
+    _ir("hbir.div", FLOAT),
+    _ir("hbir.maximum", FLOAT),
+    _ir("hbir.minimum", FLOAT),
+    # ---------------------------------------------------------------- activations
+    OpEntry(
+        "relu", "hbir.relu", CLAMP, ("nn.ReLU", "F.relu", "torch.relu", "Tensor.relu")
+    ),
+    OpEntry("relu6", "hbir.clip", CLAMP, ("nn.ReLU6", "F.relu6")),
+    OpEntry(
+        "clamp",
+        "hbir.clip",
+        CLAMP,
+        ("nn.Hardtanh", "F.hardtanh", "torch.clamp", "torch.clip")
+        + ("Tensor.clamp", "Tensor.clip"),
+    ),
+    _ir("hbir.leaky_relu", FLOAT),
+    _lut("sigmoid", "nn.Sigmoid", "torch.sigmoid", "F.sigmoid", "Tensor.sigmoid"),
+    _lut("tanh", "nn.Tanh", "torch.tanh", "F.tanh", "Tensor.tanh"),
+    _lut("exp", "torch.exp", "Tensor.exp"),
+    _lut("log", "torch.log", "Tensor.log"),
+    _lut("sqrt", "torch.sqrt", "Tensor.sqrt"),
+    _lut("rsqrt", "torch.rsqrt", "Tensor.rsqrt"),
+    _lut("reciprocal", "torch.reciprocal", "Tensor.reciprocal"),
+    _lut("sin", "torch.sin", "Tensor.sin"),
+    _lut("cos", "torch.cos", "Tensor.cos"),
+    _lut("gelu", "nn.GELU", "F.gelu"),
+    _lut("silu", "nn.SiLU", "F.silu"),
+    _lut("hardsigmoid", "nn.Hardsigmoid", "F.hardsigmoid"),
+    _lut("hardswish", "nn.Hardswish", "F.hardswish"),
+    # ---------------------------------------------------------------- normalisation
+    # prepare decomposes both into quantized steps (hbir.quantization.decompositions);
+    # the hbir ops themselves are the float forms
+    OpEntry(
+        "softmax",
+        "hbir.softmax",
+        FLOAT,
+        ("nn.Softmax", "F.softmax", "torch.softmax", "Tensor.softmax"),
+        DECOMPOSED,
+    ),
+    OpEntry(
+        "layer_norm",
+        "hbir.layer_norm",
+        FLOAT,
+        ("nn.LayerNorm", "F.layer_norm"),
+        DECOMPOSED,
+    ),
+    # ---------------------------------------------------------------- reductions, pools
+    OpEntry("sum", "hbir.reduce_sum", POOL, ("torch.sum", "Tensor.sum")),
+    OpEntry("mean", "hbir.reduce_mean", POOL, ("torch.mean", "Tensor.mean")),
+    OpEntry("avg_pool2d", "hbir.avg_pool2d", POOL, ("nn.AvgPool2d", "F.avg_pool2d")),
+    OpEntry(
+        "adaptive_avg_pool2d",
+        "hbir.global_avg_pool2d",
+        POOL,
+        ("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d"),
+    ),
+    OpEntry(
+        "max_pool2d",
+        "hbir.max_pool2d",
+        MOVE,
+        ("nn.MaxPool2d", "F.max_pool2d", "F._max_pool2d"),
+    ),
+    OpEntry(
+        "amax", "hbir.reduce_max", MOVE, ("torch.amax", "Tensor.amax"), PASSTHROUGH
+    ),
+    # ---------------------------------------------------------------- data movement
+    OpEntry(
+        "cat", "hbir.concat", MOVE, ("torch.cat", "torch.concat", "torch.concatenate")
+    ),
+    OpEntry(
+        "reshape",
+        "hbir.reshape",
+        MOVE,
+        ("torch.flatten", "torch.reshape", "torch.squeeze", "torch.unsqueeze")
+        + tuple(f"Tensor.{m}" for m in _METHODS_RESHAPE),
+        PASSTHROUGH,
+    ),
+    OpEntry(
+        "transpose",
+        "hbir.transpose",
+        MOVE,
+        (
+            "torch.permute",
+            "torch.transpose",
+            "torch.swapaxes",
+            "torch.t",
+            "torch.movedim",
+        )
+        + ("Tensor.permute", "Tensor.transpose", "Tensor.t", "Tensor.movedim"),
+        PASSTHROUGH,
+    ),
+    OpEntry(
+        "split",
+        "hbir.split",
+        MOVE,
+        ("torch.split", "torch.chunk", "torch.unbind")
+        + ("Tensor.split", "Tensor.chunk", "Tensor.unbind"),
+        PASSTHROUGH,
+    ),
+    OpEntry(
+        "slice",
+        "hbir.slice",
+        MOVE,
+        ("operator.getitem", "torch.narrow", "Tensor.narrow"),
+        PASSTHROUGH,
+    ),
+    # ``roll``: two slices and a concat; ``repeat`` / ``expand``: a concat of copies
+    OpEntry("roll", "hbir.concat", MOVE, ("torch.roll", "Tensor.roll"), PASSTHROUGH),
+    OpEntry(
+        "repeat",
+        "hbir.concat",
+        MOVE,
+        ("Tensor.repeat", "Tensor.expand", "Tensor.expand_as"),
+        PASSTHROUGH,
+    ),
+    # a constant-zero pad and a nearest resize keep the input grid; other variants
+    # are prepared as unsupported
+    OpEntry("pad", "hbir.pad", MOVE, ("F.pad",), PASSTHROUGH),
+    OpEntry("interpolate", "hbir.resize2d", MOVE, ("F.interpolate",), PASSTHROUGH),
+    OpEntry(
+        "cast",
+        "hbir.cast",
+        MOVE,
+        ("torch.clone", "torch.detach")
+        + ("Tensor.contiguous", "Tensor.clone", "Tensor.detach", "Tensor.float")
+        + ("Tensor.to", "Tensor.type_as"),
+        PASSTHROUGH,
+    ),
+    OpEntry("dropout", None, MOVE, ("nn.Dropout", "F.dropout"), PASSTHROUGH),
+    # ---------------------------------------------------------------- IR only
+    _ir("hbir.constant", QUANT),
+    _ir("hbir.lut", INTEGER),
+    _ir("hbir.image_convert", INTEGER),
+    _ir("hbir.image_preprocess", FLOAT),
+    _ir("qnt.const_fake_quant", QUANT),
+    _ir("qnt.quantize", QUANT),
+    _ir("qnt.dequantize", QUANT),
+    _ir("qnt.requantize", QUANT),
+    _ir("qnt.barrier", QUANT),
+)
+
+
+# ----------------------------------------------------------------- derived views
+
+
+def _lowerings() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for entry in OPS:
+        if entry.hbir is None:
+            continue
+        if found.setdefault(entry.hbir, entry.lowering) != entry.lowering:
+            raise AssertionError(f"{entry.hbir}: two lowerings in the op table")
+    return found
+
+
+# hbir op name -> its convert lowering family
+LOWERING: dict[str, str] = _lowerings()
+
+# hbir op name -> its lookup table (numerics.LUT_FUNCTIONS key): the LUT op set
+LUT_TABLES: dict[str, str] = {e.hbir: e.lut for e in OPS if e.lut is not None}
+
+# prepare's op name -> entry
+BY_OP: dict[str, OpEntry] = {e.op: e for e in OPS}
+
+
+def ops_lowered_as(lowering: str) -> tuple[str, ...]:
+    """The hbir op names whose convert lowering is ``lowering``."""
+    if lowering not in LOWERINGS:
+        raise ValueError(f"unknown lowering {lowering!r}: expected one of {LOWERINGS}")
+    return tuple(name for name, low in LOWERING.items() if low == lowering)
+
+
+def table_name(hbir_op: str, approximate: str = "none") -> str:
+    """The lookup table of a LUT op (``gelu`` with the tanh approximation: its own)."""
+    name = LUT_TABLES[hbir_op]
+    return f"{name}_tanh" if approximate == "tanh" else name

@@ -1,0 +1,314 @@
+"""The op table: every layer's view of an op agrees with its one entry.
+
+The end-to-end test takes every torch spelling prepare accepts through prepare,
+calibration, pre_export, export and convert: export must emit it bit-identically to
+qat.export.pt, and convert must bring it to fixed point unless the table declares
+its hbir op float.
+"""
+
+import operator
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import hbir
+from hbir.dialects import hbir as hb
+from hbir.dialects import qnt
+from hbir.passes.fixed_point import op_device
+from hbir.quantization import (
+    DeQuantStub,
+    FakeQuantState,
+    QuantStub,
+    export,
+    op_rules,
+    pre_export,
+    prepare,
+    set_fake_quantize,
+)
+from hbir.quantization import lut_modules as lut
+from hbir.quantization.spellings import resolve
+from hbir.runtime import numerics, op_table
+from hbir.runtime.interpreter import KERNELS
+
+DIALECT_OPS = {cls.name: cls for d in (hb.HBIR, qnt.QNT) for cls in d.operations}
+
+
+def test_every_dialect_op_has_one_entry_and_a_kernel():
+    assert set(op_table.LOWERING) == set(DIALECT_OPS)
+    assert {cls.name for cls in KERNELS} == set(DIALECT_OPS)
+    assert set(op_table.LOWERING.values()) <= set(op_table.LOWERINGS)
+
+
+def test_lut_ops_are_exactly_the_float_unary_ops_and_each_has_a_table():
+    float_unary = {
+        name for name, cls in DIALECT_OPS.items() if issubclass(cls, hb.FloatUnaryOp)
+    }
+    assert set(op_table.LUT_TABLES) == float_unary
+    assert set(op_table.ops_lowered_as(op_table.LUT)) == float_unary
+    tables = {op_table.table_name(name) for name in float_unary}
+    tables.add(op_table.table_name("hbir.gelu", "tanh"))
+    assert tables == set(numerics.LUT_FUNCTIONS)
+    assert set(numerics.DEFAULT_NUM_TABLES) == tables
+    assert set(lut.LUT_MODULES) == {e.op for e in op_table.OPS if e.lut}
+
+
+def test_gemm_set_is_the_table_s():
+    names = {cls.name for cls in hb.ops_lowered_as(op_table.GEMM)}
+    assert names == {
+        "hbir.conv2d",
+        "hbir.conv_transpose2d",
+        "hbir.linear",
+        "hbir.matmul",
+    }
+
+
+def test_prepare_rules_are_exactly_the_table_s_spellings():
+    modules, functions, methods = set(), set(), set()
+    for entry in op_table.OPS:
+        for spelling in entry.torch:
+            kind, target = resolve(spelling)
+            {"module": modules, "function": functions, "method": methods}[kind].add(
+                target
+            )
+    assert modules == set(op_rules.MODULE_RULES) | set(op_rules.PASSTHROUGH_MODULES)
+    assert functions == set(op_rules.FUNCTION_RULES) | set(
+        op_rules.PASSTHROUGH_FUNCTIONS
+    ) | set(op_rules.CONDITIONAL_PASSTHROUGH)
+    assert methods == set(op_rules.METHOD_RULES) | op_rules.PASSTHROUGH_METHODS
+
+
+def test_unknown_lowering_is_refused():
+    with pytest.raises(ValueError, match="unknown lowering 'fast'"):
+        op_table.ops_lowered_as("fast")
+
+
+# ----------------------------------------------------------------- end to end
+
+
+def _const(shape):
+    return torch.linspace(0.5, 1.5, int(np.prod(shape))).reshape(shape)
+
+
+def _x4(f):
+    """A call on a 1x4x6x6 input."""
+    return f, (1, 4, 6, 6)
+
+
+# spelling -> (call on the quantized input x, input shape). Modules are built per
+# call site in ``_Model``.
+SAMPLES = {
+    "nn.Conv2d": _x4(lambda m, x: m.op(x)),
+    "nn.ConvTranspose2d": _x4(lambda m, x: m.op(x)),
+    "nn.Linear": (lambda m, x: m.op(x), (2, 4)),
+    "operator.matmul": (lambda m, x: operator.matmul(x, x.transpose(1, 2)), (1, 3, 4)),
+    "torch.matmul": (lambda m, x: torch.matmul(x, x.transpose(1, 2)), (1, 3, 4)),
+    "torch.bmm": (lambda m, x: torch.bmm(x, x.transpose(1, 2)), (1, 3, 4)),
+    "Tensor.matmul": (lambda m, x: x.matmul(x.transpose(1, 2)), (1, 3, 4)),
+    "operator.add": _x4(lambda m, x: operator.add(x, x * 0.5)),
+    "operator.iadd": _x4(lambda m, x: operator.iadd(x * 1.0, x)),
+    "torch.add": _x4(lambda m, x: torch.add(x, 0.25)),
+    "Tensor.add": _x4(lambda m, x: x.add(x)),
+    "Tensor.add_": _x4(lambda m, x: (x * 1.0).add_(x)),
+    "operator.sub": _x4(lambda m, x: operator.sub(x, x * 0.5)),
+    "operator.isub": _x4(lambda m, x: operator.isub(x * 1.0, x * 0.5)),
+    "torch.sub": _x4(lambda m, x: torch.sub(x, 0.25)),
+    "Tensor.sub": _x4(lambda m, x: x.sub(x * 0.5)),
+    "operator.mul": _x4(lambda m, x: operator.mul(x, 0.5)),
+    "operator.imul": _x4(lambda m, x: operator.imul(x * 1.0, x)),
+    "torch.mul": _x4(lambda m, x: torch.mul(x, x)),
+    "Tensor.mul": _x4(lambda m, x: x.mul(x)),
+    "torch.square": _x4(lambda m, x: torch.square(x)),
+    "Tensor.square": _x4(lambda m, x: x.square()),
+    "nn.BatchNorm2d": _x4(lambda m, x: m.op(x)),
+    "operator.truediv": _x4(lambda m, x: operator.truediv(x, 4.0)),
+    "torch.div": _x4(lambda m, x: torch.div(x, x * x + 1)),
+    "Tensor.div": _x4(lambda m, x: x.div(2.0)),
+    "operator.pow": _x4(lambda m, x: operator.pow(x, 2)),
+    "torch.pow": _x4(lambda m, x: torch.pow(x * x + 1, 0.5)),
+    "Tensor.pow": _x4(lambda m, x: (x * x + 1).pow(-0.5)),
+    "nn.ReLU": _x4(lambda m, x: m.op(x)),
+    "F.relu": _x4(lambda m, x: F.relu(x)),
+    "torch.relu": _x4(lambda m, x: torch.relu(x)),
+    "Tensor.relu": _x4(lambda m, x: x.relu()),
+    "nn.ReLU6": _x4(lambda m, x: m.op(x)),
+    "F.relu6": _x4(lambda m, x: F.relu6(x)),
+    "nn.Hardtanh": _x4(lambda m, x: m.op(x)),
+    "F.hardtanh": _x4(lambda m, x: F.hardtanh(x, -0.5, 0.5)),
+    "torch.clamp": _x4(lambda m, x: torch.clamp(x, -0.5, 0.5)),
+    "torch.clip": _x4(lambda m, x: torch.clip(x, min=0.0)),
+    "Tensor.clamp": _x4(lambda m, x: x.clamp(max=0.5)),
+    "Tensor.clip": _x4(lambda m, x: x.clip(-1.0, 1.0)),
+    "nn.Softmax": (lambda m, x: m.op(x), (2, 8)),
+    "F.softmax": (lambda m, x: F.softmax(x, -1), (2, 8)),
+    "torch.softmax": (lambda m, x: torch.softmax(x, 1), (2, 8)),
+    "Tensor.softmax": (lambda m, x: x.softmax(-1), (2, 8)),
+    "nn.LayerNorm": (lambda m, x: m.op(x), (2, 3, 8)),
+    "F.layer_norm": (lambda m, x: F.layer_norm(x, (8,)), (2, 3, 8)),
+    "torch.sum": _x4(lambda m, x: torch.sum(x, (2, 3), keepdim=True)),
+    "Tensor.sum": _x4(lambda m, x: x.sum(1)),
+    "torch.mean": _x4(lambda m, x: torch.mean(x, -1)),
+    "Tensor.mean": _x4(lambda m, x: x.mean((2, 3))),
+    "nn.AvgPool2d": _x4(lambda m, x: m.op(x)),
+    "F.avg_pool2d": _x4(lambda m, x: F.avg_pool2d(x, 3, 3)),
+    "nn.AdaptiveAvgPool2d": _x4(lambda m, x: m.op(x)),
+    "F.adaptive_avg_pool2d": _x4(lambda m, x: F.adaptive_avg_pool2d(x, 1)),
+    "nn.MaxPool2d": _x4(lambda m, x: m.op(x)),
+    "F.max_pool2d": _x4(lambda m, x: F.max_pool2d(x, 2)),
+    "F._max_pool2d": _x4(lambda m, x: F._max_pool2d(x, 2)),
+    "torch.amax": _x4(lambda m, x: torch.amax(x, 1)),
+    "Tensor.amax": _x4(lambda m, x: x.amax((2, 3), keepdim=True)),
+    "torch.cat": _x4(lambda m, x: torch.cat([x, x * 0.5], 1)),
+    "torch.concat": _x4(lambda m, x: torch.concat([x, x], 2)),
+    "torch.concatenate": _x4(lambda m, x: torch.concatenate([x, x], 3)),
+    "torch.flatten": _x4(lambda m, x: torch.flatten(x, 1)),
+    "torch.reshape": _x4(lambda m, x: torch.reshape(x, (4, 36))),
+    "torch.squeeze": _x4(lambda m, x: torch.squeeze(x, 0)),
+    "torch.unsqueeze": _x4(lambda m, x: torch.unsqueeze(x, 1)),
+    "Tensor.view": _x4(lambda m, x: x.view(1, -1)),
+    "Tensor.view_as": _x4(lambda m, x: x.view_as(torch.empty(4, 36))),
+    "Tensor.reshape": _x4(lambda m, x: x.reshape(2, 72)),
+    "Tensor.reshape_as": _x4(lambda m, x: x.reshape_as(torch.empty(144))),
+    "Tensor.flatten": _x4(lambda m, x: x.flatten()),
+    "Tensor.unflatten": _x4(lambda m, x: x.unflatten(1, (2, 2))),
+    "Tensor.squeeze": _x4(lambda m, x: x.squeeze(0)),
+    "Tensor.unsqueeze": _x4(lambda m, x: x.unsqueeze(-1)),
+    "torch.permute": _x4(lambda m, x: torch.permute(x, (0, 2, 3, 1))),
+    "torch.transpose": _x4(lambda m, x: torch.transpose(x, 1, 3)),
+    "torch.swapaxes": _x4(lambda m, x: torch.swapaxes(x, 2, 3)),
+    "torch.t": (lambda m, x: torch.t(x), (3, 5)),
+    "torch.movedim": _x4(lambda m, x: torch.movedim(x, 1, -1)),
+    "Tensor.permute": _x4(lambda m, x: x.permute(0, 3, 1, 2)),
+    "Tensor.transpose": _x4(lambda m, x: x.transpose(-1, -2)),
+    "Tensor.t": (lambda m, x: x.t(), (3, 5)),
+    "Tensor.movedim": _x4(lambda m, x: x.movedim(-1, 1)),
+    "torch.split": _x4(lambda m, x: torch.split(x, 2, 1)[1]),
+    "torch.chunk": _x4(lambda m, x: torch.chunk(x, 2, 2)[0]),
+    "torch.unbind": _x4(lambda m, x: torch.unbind(x, 1)[3]),
+    "Tensor.split": _x4(lambda m, x: x.split([1, 3], 1)[1]),
+    "Tensor.chunk": _x4(lambda m, x: x.chunk(3, -1)[2]),
+    "Tensor.unbind": _x4(lambda m, x: x.unbind(0)[0]),
+    "operator.getitem": _x4(lambda m, x: x[:, 1:3, ::2, -1]),
+    "torch.narrow": _x4(lambda m, x: torch.narrow(x, 2, 1, 3)),
+    "Tensor.narrow": _x4(lambda m, x: x.narrow(-1, 0, 2)),
+    "torch.roll": _x4(lambda m, x: torch.roll(x, (1, -2), (2, 3))),
+    "Tensor.roll": _x4(lambda m, x: x.roll(3, 1)),
+    "Tensor.repeat": _x4(lambda m, x: x.repeat(1, 2, 1, 3)),
+    "Tensor.expand": (lambda m, x: x.expand(2, 3, 4), (1, 1, 4)),
+    "Tensor.expand_as": (lambda m, x: x.expand_as(torch.empty(2, 3, 4)), (3, 1)),
+    "F.pad": _x4(lambda m, x: F.pad(x, (1, 0, 2, 1))),
+    "F.interpolate": _x4(lambda m, x: F.interpolate(x, scale_factor=2.0)),
+    "torch.clone": _x4(lambda m, x: torch.clone(x)),
+    "torch.detach": _x4(lambda m, x: torch.detach(x)),
+    "Tensor.contiguous": _x4(lambda m, x: x.contiguous()),
+    "Tensor.clone": _x4(lambda m, x: x.clone()),
+    "Tensor.detach": _x4(lambda m, x: x.detach()),
+    "Tensor.float": _x4(lambda m, x: x.float()),
+    "Tensor.to": _x4(lambda m, x: x.to(torch.float32)),
+    "Tensor.type_as": _x4(lambda m, x: x.type_as(torch.empty(1))),
+    "nn.Dropout": _x4(lambda m, x: m.op(x)),
+    "F.dropout": _x4(lambda m, x: F.dropout(x, 0.5, training=False)),
+}
+
+MODULES = {
+    "nn.Conv2d": lambda: nn.Conv2d(4, 3, 3, padding=1),
+    "nn.ConvTranspose2d": lambda: nn.ConvTranspose2d(4, 2, 2, stride=2),
+    "nn.Linear": lambda: nn.Linear(4, 3),
+    "nn.BatchNorm2d": lambda: _batch_norm(),
+    "nn.Softmax": lambda: nn.Softmax(-1),
+    "nn.LayerNorm": lambda: nn.LayerNorm(8),
+    "nn.AvgPool2d": lambda: nn.AvgPool2d(2),
+    "nn.AdaptiveAvgPool2d": lambda: nn.AdaptiveAvgPool2d((1, 1)),
+    "nn.MaxPool2d": lambda: nn.MaxPool2d(3, 1, 1),
+    "nn.Hardtanh": lambda: nn.Hardtanh(-0.5, 1.0),
+    "nn.GELU": lambda: nn.GELU("tanh"),
+}
+
+# The LUT spellings: a positive input keeps log/sqrt/rsqrt/reciprocal in domain.
+for _entry in op_table.OPS:
+    if _entry.lut is None:
+        continue
+    for _spelling in _entry.torch:
+        kind, target = resolve(_spelling)
+        if kind == "module":
+            MODULES.setdefault(_spelling, target)
+            SAMPLES[_spelling] = _x4(lambda m, x: m.op(x * x + 0.5))
+        elif kind == "method":
+            SAMPLES[_spelling] = _x4(
+                lambda m, x, name=target: getattr(x * x + 0.5, name)()
+            )
+        else:
+            SAMPLES[_spelling] = _x4(lambda m, x, f=target: f(x * x + 0.5))
+
+
+def _batch_norm():
+    bn = nn.BatchNorm2d(4).eval()
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.tensor([0.1, -0.2, 0.3, 0.0]))
+        bn.running_var.copy_(torch.tensor([1.5, 0.5, 2.0, 1.0]))
+        bn.weight.copy_(_const(4))
+    return bn
+
+
+class _Model(nn.Module):
+    def __init__(self, spelling: str):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.call = SAMPLES[spelling][0]
+        make = MODULES.get(spelling)
+        if make is None and resolve(spelling)[0] == "module":
+            make = resolve(spelling)[1]
+        self.op = make() if make is not None else nn.Identity()
+
+    def forward(self, x):
+        return self.dequant(self.call(self, self.quant(x)))
+
+
+def _spellings(quantized):
+    return [s for e in op_table.OPS if e.quantized in quantized for s in e.torch]
+
+
+def test_every_spelling_has_a_sample():
+    kinds = (op_table.MODULE, op_table.DECOMPOSED, op_table.PASSTHROUGH, op_table.NONE)
+    assert set(SAMPLES) == set(_spellings(kinds))
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    _spellings((op_table.MODULE, op_table.DECOMPOSED, op_table.PASSTHROUGH)),
+)
+def test_every_op_prepare_accepts_exports_and_converts(spelling, tmp_path):
+    torch.manual_seed(0)
+    shape = SAMPLES[spelling][1]
+    model = _Model(spelling).eval()
+    inputs = [torch.randn(shape) for _ in range(4)]
+    qat = prepare(model, (inputs[0],), out_dir=tmp_path)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for x in inputs:
+            qat(x)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat_bc = export(qat, (inputs[0],))
+    exported_pt = pre_export(qat)
+    for x in inputs:
+        with torch.no_grad():
+            want = exported_pt(x).numpy()
+        got = qat_bc["forward"](x)
+        assert got.tobytes() == want.tobytes(), "qat.bc differs from qat.export.pt"
+    quantized = hbir.convert(qat_bc, "nash-e")
+    left_float = {
+        op.name
+        for f in quantized.functions
+        for op in f.op.walk()
+        if op is not f.op and op.name != "func.return" and op_device(op) == "cpu"
+    }
+    entry = next(e for e in op_table.OPS if spelling in e.torch)
+    if entry.cpu is not None:
+        assert left_float, f"{spelling} is declared CPU ({entry.cpu}) but converts"
+        return
+    undeclared = {
+        name for name in left_float if op_table.LOWERING.get(name) != op_table.FLOAT
+    }
+    assert not undeclared, f"convert left {undeclared} float (not declared float)"
