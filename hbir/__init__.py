@@ -15,7 +15,7 @@ from hbir.errors import (
 # parse and print (``hbir-opt --help``) start fast.
 _LAZY = {
     "Argument": "hbir.module",
-    "convert": "hbir.convert",
+    "convert": "hbir.conversion",
     "FeedError": "hbir.module",
     "Function": "hbir.module",
     "Module": "hbir.module",

@@ -170,7 +170,7 @@ def test_importing_hbir_changes_nothing_in_xdsl():
         "    }\n"
         "before = snapshot()\n"
         "for name in ['hbir', 'hbir.diagnostics', 'hbir.files', 'hbir.module',\n"
-        "             'hbir.convert', 'hbir.tools.hbir_opt', 'hbir.tools.universe']:\n"
+        "             'hbir.conversion', 'hbir.tools.hbir_opt', 'hbir.tools.universe']:\n"
         "    importlib.import_module(name)\n"
         "import hbir\n"
         "hbir.Module.parse('func.func @f() {\\n  func.return\\n}').module.get_asm()\n"

@@ -24,7 +24,7 @@ from hbir.quantization import stubs
 from hbir.quantization.dtypes import qint32
 from hbir.quantization.export import Exporter, Unsupported
 from hbir.quantization.spellings import resolve
-from hbir.runtime import op_table
+from hbir.runtime import numerics, op_table
 
 Builder = Callable[[Exporter, fx.Node], object]
 
@@ -95,7 +95,8 @@ def _bias(ex: Exporter, mod: nn.Module, exact: bool):
         fq_in.fake_quant_enabled[0] and fq_w.fake_quant_enabled[0]
     ):
         return b
-    scale = (fq_in.scale * mod._bias_scale()).float().double().numpy()
+    s_in, s_w = (t.detach().cpu().numpy() for t in (fq_in.scale, mod._bias_scale()))
+    scale = numerics.bias_scale(s_in, s_w).astype(np.float64)
     zero = np.zeros_like(scale)
     return ex.fake_quant_raw(b, scale, zero, qint32.min, qint32.max, 0)
 

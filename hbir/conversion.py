@@ -7,6 +7,7 @@ sub-passes in ``passes/``), on a clone of the model, verified afterwards.
 from __future__ import annotations
 
 from xdsl.dialects.builtin import StringAttr
+from xdsl.dialects.func import ReturnOp
 
 from hbir import diagnostics
 from hbir.dialects import make_context
@@ -42,7 +43,7 @@ def cpu_advice(quantized: Module) -> list[str]:
     lines = []
     for f in quantized.functions:
         for op in f.op.walk():
-            if op is f.op or op_device(op) != "cpu":
+            if op is f.op or isinstance(op, ReturnOp) or op_device(op) != "cpu":
                 continue
             why = op.attributes.get(ATTR_CPU_REASON)
             reason = (
