@@ -322,6 +322,20 @@ PASSTHROUGH_METHODS: set[str] = set()
 CONDITIONAL_PASSTHROUGH: dict[Callable, Callable[..., bool]] = {}
 
 
+def module_rule(module: nn.Module) -> OpRule | None:
+    """The rule of ``module``'s class or of the nearest base it keeps ``forward`` of.
+
+    A subclass that does not override ``forward`` (timm's ``Linear``, a user's
+    ``class MyBN(nn.BatchNorm2d): pass``) computes what its base computes; one that
+    overrides it is traced into instead.
+    """
+    cls = type(module)
+    for base in cls.__mro__:
+        if base in MODULE_RULES:
+            return MODULE_RULES[base] if cls.forward is base.forward else None
+    return None
+
+
 def _builder(entry: op_table.OpEntry, spelling: str, kind: str) -> Callable:
     if spelling in _SPELLING_BUILDERS:
         return _SPELLING_BUILDERS[spelling]

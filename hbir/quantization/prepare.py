@@ -73,7 +73,7 @@ def prepare(
         example_inputs = (example_inputs,)
     setter = as_setter(qconfig)
     level = ConsistencyStrategy.get_consistency_level()
-    gm = trace(copy.deepcopy(model))
+    gm = trace(copy.deepcopy(model), example_inputs)
     record_values(gm, example_inputs)
     report = Report(level=level, rule_labels=setter.rule_labels())
     report.call_counts = _call_counts(gm)
@@ -273,7 +273,7 @@ class _GraphBuilder:
 
     def _rule(self, node: fx.Node, module) -> op_rules.OpRule | None:
         if node.op == "call_module":
-            return op_rules.MODULE_RULES.get(type(module))
+            return op_rules.module_rule(module)
         if node.op == "call_method":
             return op_rules.METHOD_RULES.get(node.target)
         return op_rules.FUNCTION_RULES.get(node.target)

@@ -11,6 +11,7 @@ in place; it is built for inference export, not for a training loop.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import traceback
@@ -18,10 +19,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import fx, nn
+from torch.fx import _symbolic_trace
 from torch.fx.node import _get_qualified_name
 
 from hbir.quantization import stubs
 from hbir.quantization.decompositions import Decomposition
+from hbir.quantization.op_rules import module_rule
 from hbir.quantization.qat_modules import DeQuantStub, QATModule
 
 
@@ -30,7 +33,9 @@ class PrepareError(Exception):
 
 
 class HbirTracer(fx.Tracer):
-    """fx tracer that records stack traces and keeps stubs and QAT modules as leaves."""
+    """fx tracer that records stack traces and keeps stubs, QAT modules and modules
+    with a prepare rule (subclasses that keep their base's ``forward`` too) as
+    leaves."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,22 +45,162 @@ class HbirTracer(fx.Tracer):
         if isinstance(m, Decomposition):
             return False
         leaves = (stubs.QuantStub, stubs.DeQuantStub, QATModule, DeQuantStub)
-        return isinstance(m, leaves) or super().is_leaf_module(m, qualname)
+        if isinstance(m, leaves) or module_rule(m) is not None:
+            return True
+        return super().is_leaf_module(m, qualname)
 
 
-def trace(model: nn.Module) -> fx.GraphModule:
-    """Symbolically trace ``model``; a failure names the user's line that caused it."""
-    tracer = HbirTracer()
+# Tensor properties and methods that cannot change between calls: a concrete trace
+# answers them with the example's values. Sizes stay graph nodes (the batch size of
+# training differs from the example's), but their values are known while tracing.
+_FIXED_ATTRIBUTES = frozenset({"ndim", "dtype", "device", "is_cuda"})
+_FIXED_METHODS = frozenset({"dim", "is_floating_point", "is_contiguous"})
+
+
+class _ConcreteProxy(fx.Proxy):
+    """A proxy that also holds its node's value on the example inputs.
+
+    Python needs a plain value where control flow or a builtin consumes a proxy
+    (``if h != w``, ``range(n)``, ``len(x)``): those get the example's value, so the
+    graph follows the example's branch, as ``torch.export`` specialises.
+    """
+
+    def __getattr__(self, name: str):
+        if name in _FIXED_ATTRIBUTES:
+            return getattr(_real(self), name)
+        return super().__getattr__(name)
+
+    def _size_value(self):
+        """The example's value of a size (not of tensor data: that would silently
+        freeze one input's branch into the graph)."""
+        value = _real(self)
+        if isinstance(value, torch.Tensor):
+            raise fx.proxy.TraceError(
+                "control flow or a Python number depends on tensor values, which "
+                "differ between inputs"
+            )
+        return value
+
+    def __bool__(self) -> bool:
+        return bool(self._size_value())
+
+    def __index__(self) -> int:
+        return operator.index(self._size_value())
+
+    def __int__(self) -> int:
+        return int(self._size_value())
+
+    def __float__(self) -> float:
+        return float(self._size_value())
+
+    def __len__(self) -> int:
+        return len(_real(self))
+
+    def __iter__(self):
+        return iter([self[i] for i in range(len(_real(self)))])
+
+
+def _real(value):
+    """The example value behind a proxy (recursively through containers)."""
+    if isinstance(value, fx.proxy.Attribute):
+        return getattr(_real(value.root), value.attr)
+    if isinstance(value, fx.Proxy):
+        return value.__dict__["value"]
+    if isinstance(value, list | tuple):
+        return type(value)(_real(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _real(v) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(_real(value.start), _real(value.stop), _real(value.step))
+    return value
+
+
+class ConcreteTracer(HbirTracer):
+    """Traces while running the example inputs, so code may branch on shapes.
+
+    Every node also computes its value on the example inputs, so code may branch
+    on sizes (``if h != w``) and loop over them.
+    Helpers that ``torch.fx.wrap`` hides from symbolic tracing (attention masks,
+    stochastic depth) are traced into, since their shape logic is concrete here.
+    """
+
+    def __init__(self, example_inputs: tuple) -> None:
+        super().__init__()
+        self._inputs = iter(example_inputs)
+        self._computing = 0  # > 0 while running the model for a node's value
+
+    def call_module(self, m, forward, args, kwargs):
+        if self._computing:  # module calls inside a value computation just run
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
+
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        if self._computing:
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _ConcreteProxy(node, self)
+
+    def create_proxy(self, kind, target, args, kwargs, *rest, **options):
+        real_args, real_kwargs = _real(args), _real(kwargs)
+        if kind == "call_method" and target in _FIXED_METHODS:
+            return getattr(real_args[0], target)(*real_args[1:], **real_kwargs)
+        proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
+        self._computing += 1
+        try:
+            value = self._value(kind, target, real_args, real_kwargs)
+        finally:
+            self._computing -= 1
+        proxy.__dict__["value"] = value
+        return proxy
+
+    def _value(self, kind, target, args, kwargs):
+        if kind == "placeholder":
+            return next(self._inputs)
+        if kind == "get_attr":
+            value = self.root
+            for part in target.split("."):
+                value = getattr(value, part)
+            return value
+        if kind == "call_function":
+            return target(*args, **kwargs)
+        if kind == "call_method":
+            return getattr(args[0], target)(*args[1:], **kwargs)
+        if kind == "call_module":
+            return self.root.get_submodule(target)(*args, **kwargs)
+        return None
+
+    def trace(self, root, concrete_args=None):
+        wrapped = dict(_symbolic_trace._wrapped_fns_to_patch)
+        _symbolic_trace._wrapped_fns_to_patch.clear()
+        try:
+            with torch.no_grad():
+                return super().trace(root, concrete_args)
+        finally:
+            _symbolic_trace._wrapped_fns_to_patch.update(wrapped)
+
+
+def trace(model: nn.Module, example_inputs: tuple) -> fx.GraphModule:
+    """Trace ``model`` on ``example_inputs``; a failure names the user's line."""
+    was_training = model.training
+    model.eval()
+    tracer = ConcreteTracer(example_inputs)
     try:
         graph = tracer.trace(model)
     except Exception as error:
         where = user_frame_of_traceback(error.__traceback__) or "(source line unknown)"
         raise PrepareError(
-            f"prepare could not trace {type(model).__name__}: {error}\n  {where}\n"
-            "torch.fx tracing needs forward code whose control flow does not depend on "
-            "tensor values."
+            f"prepare could not trace {type(model).__name__}: "
+            f"{type(error).__name__}: {error}\n  {where}\n"
+            "Tracing follows the example inputs: control flow may depend on shapes, "
+            "not on tensor values."
         ) from error
-    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+    finally:
+        model.train(was_training)
+    gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+    gm.train(was_training)
+    return gm
 
 
 # ----------------------------------------------------------------- values

@@ -9,7 +9,7 @@ from hbir.quantization.tracing import trace
 
 
 def _fused(model):
-    gm = trace(model.eval())
+    gm = trace(model.eval(), (torch.randn(2, 2, 5, 5),))
     return gm, fuse(gm)
 
 

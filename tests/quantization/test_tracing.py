@@ -32,7 +32,7 @@ class Net(nn.Module):
 
 
 def test_stubs_stay_leaves_and_values_are_recorded():
-    gm = trace(Net())
+    gm = trace(Net(), (torch.randn(2, 3),))
     record_values(gm, (torch.randn(2, 3),))
     nodes = {n.name: n for n in gm.graph.nodes}
     assert nodes["quant"].op == "call_module"
@@ -42,3 +42,52 @@ def test_stubs_stay_leaves_and_values_are_recorded():
     )
     assert not value_of(nodes["getitem"]).is_tensor
     assert "y = self.fc(self.quant(x))" in user_frame(nodes["fc"].stack_trace)
+
+
+@torch.fx.wrap
+def _pad_to_multiple(x, multiple: int):
+    """A helper torch.fx cannot see into symbolically (as timm's are)."""
+    pad = (multiple - x.shape[-1] % multiple) % multiple
+    if pad:  # shape-dependent control flow
+        x = torch.nn.functional.pad(x, (0, pad))
+    return x
+
+
+class ShapeBranches(nn.Module):
+    def forward(self, x):
+        if x.shape[-1] != x.shape[-2]:
+            x = x.transpose(-1, -2)
+        return _pad_to_multiple(x, 4) * x.size(0)
+
+
+def test_shape_dependent_code_and_wrapped_helpers_trace_on_the_example():
+    x = torch.randn(2, 3, 5, 6)
+    gm = trace(ShapeBranches(), (x,))
+    targets = [n.target for n in gm.graph.nodes if n.op != "placeholder"]
+    assert _pad_to_multiple not in targets  # traced into, not an opaque call
+    assert torch.nn.functional.pad in targets and "transpose" in targets
+    torch.testing.assert_close(gm(x), ShapeBranches()(x))
+    # sizes stay graph values: another batch size runs the same graph
+    y = torch.randn(3, 3, 5, 6)
+    torch.testing.assert_close(gm(y), ShapeBranches()(y))
+
+
+class MyBN(nn.BatchNorm2d):
+    pass
+
+
+class MyLinear(nn.Linear):
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight, self.bias) * 2
+
+
+def test_subclasses_keep_their_base_rule_unless_they_override_forward():
+    from hbir.quantization.op_rules import MODULE_RULES, module_rule
+
+    assert module_rule(MyBN(3)) is MODULE_RULES[nn.BatchNorm2d]
+    assert module_rule(MyLinear(3, 3)) is None
+    model = nn.Sequential(MyBN(3), nn.Flatten(), MyLinear(48, 2)).eval()
+    gm = trace(model, (torch.randn(1, 3, 4, 4),))
+    ops = [n.op for n in gm.graph.nodes]
+    assert ops.count("call_module") == 2  # MyBN is a leaf; MyLinear is traced into
+    assert torch.nn.functional.linear in [n.target for n in gm.graph.nodes]
