@@ -177,7 +177,7 @@ class LowerAddSub(RewritePattern):
         self._finish(rewriter, op, consumer, new, total.output, 2.0**e, rounding)
 
     @staticmethod
-    def _finish(rewriter, op, consumer, new, acc, acc_scale, rounding) -> None:
+    def _finish(rewriter, op, consumer, new, acc, acc_scale, rounding, axis=None):
         if consumer is not None:
             real = np.array([acc_scale * consumer.inv_scale])
             tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op))
@@ -188,8 +188,7 @@ class LowerAddSub(RewritePattern):
         # Not quantized: the exact si32 result on its grid, dequantized.
         element = tensor_type(op.results[0]).element_type
         scales = np.atleast_1d(np.asarray(acc_scale, np.float32))
-        axis = None
-        if scales.size > 1:
+        if scales.size > 1 and axis is None:
             axis = len(shape_of(op.results[0])) - 1
         if not np.all(np.isfinite(scales)) or np.any(scales <= 0):
             return
@@ -239,8 +238,6 @@ class LowerMul(RewritePattern):
         if all(a is not None for a in axes):
             return
         axis = next((a for a in axes if a is not None), None)
-        if axis is not None and axis != out_rank - 1:
-            return  # a non-quantized product is dequantized along the last axis
         scale = codes[0].scales.astype(np.float64) * codes[1].scales.astype(np.float64)
         widened = [fp.widen(c.codes) for c in codes]
         new += widened
@@ -258,7 +255,9 @@ class LowerMul(RewritePattern):
                 rewriter, op, consumer, new + tail, tail[-1].results[0]
             )
             return
-        LowerAddSub._finish(rewriter, op, None, new, product.output, scale, rounding)
+        LowerAddSub._finish(
+            rewriter, op, None, new, product.output, scale, rounding, axis
+        )
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,7 @@ An entry binds
   sees it: IR-only ops);
 * ``lut``: the lookup table that evaluates it in fixed point, a key of
   ``numerics.LUT_FUNCTIONS`` (``gelu`` with ``approximate="tanh"`` uses
-  ``gelu_tanh``);
-* ``cpu``: why ``convert`` leaves this op float on the CPU although its hbir ops
-  have a fixed-point lowering (a known gap, stated where users read it), or None.
+  ``gelu_tanh``).
 
 Everything else is derived from here: the dialect's table names and LUT op set, the
 interpreter's rounding-dependent kernels, the convert passes' op sets, prepare's
@@ -58,7 +56,6 @@ class OpEntry:
     torch: tuple[str, ...] = ()
     quantized: str = MODULE
     lut: str | None = None
-    cpu: str | None = None
 
 
 def _lut(op: str, *torch: str) -> OpEntry:
@@ -66,8 +63,8 @@ def _lut(op: str, *torch: str) -> OpEntry:
 
 
 def _ir(name: str, lowering: str) -> OpEntry:
-    """An op that only exists in IR (no torch spelling)."""
-    return OpEntry(name.split(".", 1)[1], name, lowering, (), NONE)
+    """An op that only exists in IR (no torch spelling), named as in the IR."""
+    return OpEntry(name, name, lowering, (), NONE)
 
 
 _METHODS_RESHAPE = ("view", "view_as", "reshape", "reshape_as", "flatten")
@@ -75,14 +72,22 @@ _METHODS_RESHAPE += ("unflatten", "squeeze", "unsqueeze")
 
 OPS: tuple[OpEntry, ...] = (
     # ---------------------------------------------------------------- weight layers
-    OpEntry("conv2d", "hbir.conv2d", GEMM, ("nn.Conv2d",)),
+    OpEntry("conv2d", "hbir.conv2d", GEMM, ("nn.Conv2d", "F.conv2d")),
     OpEntry("conv_transpose2d", "hbir.conv_transpose2d", GEMM, ("nn.ConvTranspose2d",)),
-    OpEntry("linear", "hbir.linear", GEMM, ("nn.Linear",)),
+    OpEntry("linear", "hbir.linear", GEMM, ("nn.Linear", "F.linear")),
     OpEntry(
         "matmul",
         "hbir.matmul",
         GEMM,
         ("operator.matmul", "torch.matmul", "torch.bmm", "Tensor.matmul"),
+    ),
+    # ``softmax(q @ k^T * scale) @ v``: quantized matmuls around a quantized softmax
+    OpEntry(
+        "attention",
+        "hbir.matmul",
+        GEMM,
+        ("F.scaled_dot_product_attention",),
+        DECOMPOSED,
     ),
     # ---------------------------------------------------------------- arithmetic
     OpEntry(
@@ -110,9 +115,7 @@ OPS: tuple[OpEntry, ...] = (
         "affine",
         "hbir.mul",
         ELEMENTWISE,
-        ("nn.BatchNorm2d",),
-        cpu="its float bias is added in float (below consistency level 2), so the "
-        "product and the sum stay float",
+        ("nn.BatchNorm2d", "nn.BatchNorm1d", "F.batch_norm"),
     ),
     # ``x / number`` is a mul; ``x / y`` is ``x * reciprocal(y)``
     OpEntry(
@@ -126,8 +129,13 @@ OPS: tuple[OpEntry, ...] = (
     OpEntry(
         "pow", "hbir.mul", ELEMENTWISE, ("operator.pow", "torch.pow", "Tensor.pow")
     ),
+    # ``-x`` is an exact multiplication by -1
+    OpEntry(
+        "neg", "hbir.mul", ELEMENTWISE, ("operator.neg", "torch.neg", "Tensor.neg")
+    ),
     _ir("hbir.neg", FLOAT),
-    _ir("hbir.abs", FLOAT),
+    # |qmin| is off the input grid, so abs has its own output fake quantization
+    OpEntry("abs", "hbir.abs", FLOAT, ("torch.abs", "Tensor.abs")),
     _ir("hbir.div", FLOAT),
     _ir("hbir.maximum", FLOAT),
     _ir("hbir.minimum", FLOAT),
@@ -174,6 +182,15 @@ OPS: tuple[OpEntry, ...] = (
         ("nn.LayerNorm", "F.layer_norm"),
         DECOMPOSED,
     ),
+    OpEntry(
+        "group_norm",
+        "hbir.layer_norm",
+        FLOAT,
+        ("nn.GroupNorm", "F.group_norm"),
+        DECOMPOSED,
+    ),
+    # ``x * rsqrt(sum(x * x))`` (p = 2)
+    OpEntry("normalize", "hbir.mul", ELEMENTWISE, ("F.normalize",), DECOMPOSED),
     # ---------------------------------------------------------------- reductions, pools
     OpEntry("sum", "hbir.reduce_sum", POOL, ("torch.sum", "Tensor.sum")),
     OpEntry("mean", "hbir.reduce_mean", POOL, ("torch.mean", "Tensor.mean")),

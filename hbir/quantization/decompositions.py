@@ -20,6 +20,7 @@ from hbir.quantization.lut_modules import Exp, Reciprocal, Rsqrt
 from hbir.quantization.qat_modules import (
     QuantAdd,
     QuantAffine,
+    QuantMatmul,
     QuantMean,
     QuantMul,
     QuantSub,
@@ -120,3 +121,92 @@ class DivDecomposition(Decomposition):
 
     def forward(self, x, y):
         return self.mul(x, self.reciprocal(y))
+
+
+class AttentionDecomposition(Decomposition):
+    """``softmax(q @ k^T * scale) @ v``: ``F.scaled_dot_product_attention`` without a
+    mask or dropout, as two quantized matmuls around a quantized softmax."""
+
+    op = "attention"
+
+    def __init__(self, scale: float, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.scale = scale
+        self.qk = QuantMatmul(qconfig_for("qk", QuantMatmul, False))
+        self.mul = QuantMul(qconfig_for("mul", QuantMul, False))
+        self.softmax = SoftmaxDecomposition(
+            -1, _prefixed(qconfig_for, "softmax", False)
+        )
+        self.av = QuantMatmul(qconfig_for("av", QuantMatmul, True))
+
+    def forward(self, q, k, v):
+        scores = self.mul(self.qk(q, k.transpose(-2, -1)), self.scale)
+        return self.av(self.softmax(scores), v)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}"
+
+
+def _prefixed(qconfig_for: StepQconfig, prefix: str, final: bool) -> StepQconfig:
+    """Step qconfigs of a nested decomposition, none of them the op's final step
+    unless ``final``."""
+    return lambda step, cls, last: qconfig_for(f"{prefix}.{step}", cls, final and last)
+
+
+class GroupNormDecomposition(Decomposition):
+    """Group norm: the channels split into ``num_groups`` groups, each normalized
+    over its channels and positions (a layer norm over the group's values), then a
+    per-channel affine."""
+
+    op = "group_norm"
+
+    def __init__(
+        self,
+        num_groups: int,
+        group_size: int,
+        eps: float,
+        weight: nn.Parameter | None,
+        bias: nn.Parameter | None,
+        rank: int,
+        qconfig_for: StepQconfig,
+    ) -> None:
+        super().__init__()
+        self.num_groups = num_groups
+        affine = weight is not None
+        self.norm = LayerNormDecomposition(
+            (group_size,), eps, None, None, _prefixed(qconfig_for, "norm", not affine)
+        )
+        self.affine = None
+        if affine:
+            view = (-1,) + (1,) * (rank - 2)
+            qconfig = qconfig_for("affine", QuantAffine, True)
+            self.affine = QuantAffine(qconfig, weight, bias, view)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        groups = x.unflatten(1, (self.num_groups, -1)).flatten(2)
+        y = self.norm(groups).reshape_as(x)
+        return y if self.affine is None else self.affine(y)
+
+    def extra_repr(self) -> str:
+        return f"num_groups={self.num_groups}"
+
+
+class NormalizeDecomposition(Decomposition):
+    """``F.normalize`` (p = 2): ``x * rsqrt(sum(x * x, dim))``; the rsqrt table's
+    domain convention (0 is its smallest positive code) stands in for ``eps``."""
+
+    op = "normalize"
+
+    def __init__(self, dim: int, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.dim = dim
+        self.square = QuantMul(qconfig_for("square", QuantMul, False))
+        self.sum = QuantSum(qconfig_for("sum", QuantSum, False), dim, keepdim=True)
+        self.rsqrt = Rsqrt(qconfig_for("rsqrt", Rsqrt, False))
+        self.mul = QuantMul(qconfig_for("mul", QuantMul, True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mul(x, self.rsqrt(self.sum(self.square(x, x))))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

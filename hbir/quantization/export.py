@@ -18,6 +18,7 @@ to convert.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -93,6 +94,7 @@ class Exporter:
         self._calls: Counter[str] = Counter()
         self._location = UnknownLoc()
         self.fake_quant_count = 0
+        self.constants: set[fx.Node] = set()
 
     # ---- emission
     def emit(self, op: Operation) -> SSAValue | tuple[SSAValue, ...]:
@@ -162,6 +164,12 @@ class Exporter:
         """An IR value for a graph argument: a node's value or a Python number."""
         if isinstance(arg, fx.Node):
             value = self.values[arg]
+            if isinstance(value, torch.Tensor):
+                raise Unsupported(
+                    f"argument {arg.name} is a {value.dtype} constant: HBIR holds "
+                    "float constants (integer index math folds only when all of its "
+                    "inputs are parameters or buffers)"
+                )
             if not isinstance(value, SSAValue):
                 raise Unsupported(f"argument {arg.name} is not a tensor")
             return value
@@ -225,6 +233,7 @@ class Exporter:
             self.values[node] = _rebuild(self.recorded[node], args)
 
         problems: list[str] = []
+        failed: set[fx.Node] = set()
         outputs: list[SSAValue] = []
         for node in self.gm.graph.nodes:
             self.node = node
@@ -234,28 +243,39 @@ class Exporter:
                 if not problems:
                     outputs = self._outputs(node.args[0])
                 continue
+            if failed.intersection(node.all_input_nodes):
+                # Follows from a problem already listed: one line per cause.
+                failed.add(node)
+                self.values[node] = None
+                continue
             if node.op == "get_attr":
+                self.constants.add(node)
                 self.values[node] = self._get_attr(node)
                 continue
             if not _is_tensor_node(self.recorded.get(node)):
                 # Shapes, sizes, Python numbers: evaluated on the example inputs.
                 self.values[node] = self.recorded.get(node)
                 continue
+            if self._folds(node):
+                # Index math on parameters (e.g. a bias table gathered by an int64
+                # index buffer): its value on the example is the constant.
+                self._set_location(node, "constant")
+                self.constants.add(node)
+                self.values[node] = self._constant_value(self.recorded[node])
+                continue
             builder, what = rules.find(node, self.modules)
             if builder is None:
                 problems.append(_problem(node, f"unsupported op {what}"))
+                failed.add(node)
                 self.values[node] = None
                 continue
             self._set_location(node, what)
             try:
-                self.values[node] = builder(self, node)
+                with _sizes_resolved(node, self.recorded):
+                    self.values[node] = builder(self, node)
             except Unsupported as e:
                 problems.append(_problem(node, f"{what}: {e}"))
-                self.values[node] = None
-            except KeyError as e:
-                problems.append(
-                    _problem(node, f"{what}: depends on an unsupported op ({e})")
-                )
+                failed.add(node)
                 self.values[node] = None
         if problems:
             raise ExportError(
@@ -268,10 +288,26 @@ class Exporter:
         value = self.gm
         for part in node.target.split("."):
             value = getattr(value, part)
-        if isinstance(value, torch.Tensor):
-            self._set_location(node, "get_attr")
+        self._set_location(node, "get_attr")
+        return self._constant_value(value)
+
+    def _constant_value(self, value):
+        """A float tensor as ``hbir.constant``; other values (int64 index buffers)
+        stay Python values, for index math that folds (``_folds``)."""
+        if isinstance(value, torch.Tensor) and value.dtype in _TORCH_TO_IR:
             return self.constant(value)
         return value
+
+    def _folds(self, node: fx.Node) -> bool:
+        """A node computed from constants only, with a tensor that IR cannot hold
+        (integer index math); float-only constant math is fold-constants' job."""
+        inputs = node.all_input_nodes
+        if not inputs or not all(n in self.constants for n in inputs):
+            return False
+        values = [self.recorded.get(n) for n in inputs] + [self.recorded.get(node)]
+        return any(
+            isinstance(v, torch.Tensor) and v.dtype not in _TORCH_TO_IR for v in values
+        )
 
     def _outputs(self, arg) -> list[SSAValue]:
         flat: list[SSAValue] = []
@@ -319,6 +355,28 @@ class Exporter:
         return ModuleOp([f])
 
 
+@contextlib.contextmanager
+def _sizes_resolved(node: fx.Node, recorded: dict):
+    """``node``'s arguments with sizes computed in the graph (``x.size(2) - h``) as
+    their values on the example inputs, for the duration of one builder call.
+
+    The prepared model keeps sizes as graph values so that training can change the
+    batch size; HBIR shapes are static, so export reads their example values.
+    """
+
+    def value(n: fx.Node):
+        v = recorded.get(n)
+        return v if _is_size(v) else n
+
+    args, kwargs = node.args, node.kwargs
+    node.args = fx.node.map_arg(args, value)
+    node.kwargs = fx.node.map_arg(kwargs, value)
+    try:
+        yield
+    finally:
+        node.args, node.kwargs = args, kwargs
+
+
 def _flatten(value, leaves: list, name: str) -> None:
     if isinstance(value, torch.Tensor):
         leaves.append(value)
@@ -338,6 +396,13 @@ def _rebuild(value, args):
     if isinstance(value, list | tuple):
         return type(value)(_rebuild(v, args) for v in value)
     return {k: _rebuild(v, args) for k, v in value.items()}
+
+
+def _is_size(v) -> bool:
+    """A Python number or a tuple of them (``torch.Size``): a value shapes make."""
+    if isinstance(v, list | tuple):
+        return all(_is_size(x) for x in v)
+    return isinstance(v, int | float | bool)
 
 
 def _is_number_value(v) -> bool:

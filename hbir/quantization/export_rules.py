@@ -375,6 +375,7 @@ MODULE_RULES: dict[type, Builder] = {
     ),
     nn.AdaptiveAvgPool2d: _unary_module(lambda m, x: _global_pool_op(x, m.output_size)),
     qat.Clamp: _unary_module(_clamp_op),
+    qat.Abs: _unary_module(lambda m, x: hb.AbsOp(x)),
     nn.ReLU: _float_unary(hb.ReluOp),
     nn.ReLU6: _unary_module(lambda m, x: hb.ClipOp(x, 0.0, 6.0)),
     nn.Hardtanh: _unary_module(lambda m, x: hb.ClipOp(x, m.min_val, m.max_val)),

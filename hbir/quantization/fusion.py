@@ -60,6 +60,46 @@ def _is_batch_norm(node: fx.Node, modules) -> bool:
     return node.op == "call_module" and isinstance(modules[node.target], nn.BatchNorm2d)
 
 
+_BATCH_NORM_ARGS = ("input", "running_mean", "running_var", "weight", "bias")
+_BATCH_NORM_ARGS += ("training", "momentum", "eps")
+
+
+def _batch_norm_of(node: fx.Node, gm: fx.GraphModule, modules):
+    """The batch norm ``node`` applies: an ``nn.BatchNorm2d`` module, or an
+    eval-mode ``F.batch_norm`` on module attributes (timm's ``BatchNormAct2d``
+    calls it) as the ``nn.BatchNorm2d`` it computes; else None."""
+    if _is_batch_norm(node, modules):
+        return modules[node.target]
+    if node.op != "call_function" or node.target is not F.batch_norm:
+        return None
+    args = dict(zip(_BATCH_NORM_ARGS, node.args, strict=False)) | dict(node.kwargs)
+    if args.get("training", False):
+        return None
+    tensors = {}
+    for name in ("running_mean", "running_var", "weight", "bias"):
+        arg = args.get(name)
+        if arg is not None and not (isinstance(arg, fx.Node) and arg.op == "get_attr"):
+            return None
+        tensors[name] = None if arg is None else _attribute(gm, arg.target)
+    if tensors["running_mean"] is None or tensors["running_var"] is None:
+        return None
+    bn = nn.BatchNorm2d(tensors["running_mean"].numel(), eps=args.get("eps", 1e-5))
+    bn.running_mean, bn.running_var = tensors["running_mean"], tensors["running_var"]
+    bn.weight, bn.bias = tensors["weight"], tensors["bias"]
+    return bn.eval()
+
+
+def _bn_name(node: fx.Node) -> str:
+    return node.target if node.op == "call_module" else node.name
+
+
+def _attribute(gm: fx.GraphModule, target: str):
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def _describe(node: fx.Node, modules) -> str:
     if node.op == "call_module":
         return type(modules[node.target]).__name__
@@ -83,14 +123,14 @@ def _fold(conv: nn.Module, bn: nn.BatchNorm2d) -> nn.Module:
     return fused
 
 
-def _why_not_fold(conv_node, bn_node, modules, calls) -> str | None:
-    conv, bn = modules[conv_node.target], modules[bn_node.target]
+def _why_not_fold(conv_node, bn_node, bn, modules, calls) -> str | None:
+    conv = modules[conv_node.target]
     if calls[conv_node.target] > 1:
         return f"'{conv_node.target}' is called {calls[conv_node.target]} times"
     if len(conv_node.users) > 1:
         return f"the output of '{conv_node.target}' is also used elsewhere"
     if bn.running_mean is None or bn.running_var is None:
-        return f"'{bn_node.target}' has no running statistics"
+        return f"'{bn_node.name}' has no running statistics"
     if isinstance(conv, nn.ConvTranspose2d) and conv.groups != 1:
         return "transposed conv with groups > 1"
     return None
@@ -110,18 +150,21 @@ def fuse(gm: fx.GraphModule) -> list[Unfused]:
         ):
             continue
         for user in list(node.users):
-            if isinstance(modules[node.target], CONVS) and _is_batch_norm(
-                user, modules
-            ):
-                reason = _why_not_fold(node, user, modules, calls)
+            bn = _batch_norm_of(user, gm, modules)
+            if isinstance(modules[node.target], CONVS) and bn is not None:
+                reason = _why_not_fold(node, user, bn, modules, calls)
                 if reason is None:
-                    fused = _fold(modules[node.target], modules[user.target])
+                    fused = _fold(modules[node.target], bn)
                     gm.add_submodule(node.target, fused)
                     modules[node.target] = fused
+                    inputs = user.all_input_nodes
                     user.replace_all_uses_with(node)
                     gm.graph.erase_node(user)
+                    for n in inputs:  # the statistics' get_attr nodes
+                        if n.op == "get_attr" and not n.users:
+                            gm.graph.erase_node(n)
                 else:
-                    names = (node.target, user.target)
+                    names = (node.target, _bn_name(user))
                     types = (_describe(node, modules), "BatchNorm2d")
                     unfused.append(Unfused(names, types, reason))
         for user in list(node.users):
@@ -142,8 +185,9 @@ def fuse(gm: fx.GraphModule) -> list[Unfused]:
                 unfused.append(Unfused(names, (_describe(node, modules), kind), reason))
     reported = {name for u in unfused for name in u.names}
     for node in gm.graph.nodes:
-        if _is_batch_norm(node, modules) and node.target not in reported:
-            reason = "not after a conv: quantized as a per-channel affine"
-            unfused.append(Unfused((node.target,), ("BatchNorm2d",), reason))
+        if _batch_norm_of(node, gm, modules) is not None:
+            if _bn_name(node) not in reported:
+                reason = "not after a conv: quantized as a per-channel affine"
+                unfused.append(Unfused((_bn_name(node),), ("BatchNorm2d",), reason))
     gm.graph.lint()
     return unfused

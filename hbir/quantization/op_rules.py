@@ -14,6 +14,7 @@ A builder raises :class:`Unsupported` for a variant it cannot quantize.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +24,11 @@ from torch import fx, nn
 from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.decompositions import (
+    AttentionDecomposition,
     DivDecomposition,
+    GroupNormDecomposition,
     LayerNormDecomposition,
+    NormalizeDecomposition,
     SoftmaxDecomposition,
 )
 from hbir.quantization.spellings import resolve
@@ -98,9 +102,109 @@ def _module_layer_norm(q, mod, x, *, fused_relu=None):
     return module, (x,)
 
 
+def _rank(node) -> int:
+    """The rank of a graph value, as it was on the example inputs."""
+    return len(node.meta["hbir_value"].shape)
+
+
 def _module_batch_norm(q, mod, x, *, fused_relu=None):
-    _require(mod.running_var is not None, "BatchNorm2d without running statistics")
-    return qat.QuantAffine.from_batch_norm(mod, q()), (x,)
+    _require(mod.running_var is not None, "batch norm without running statistics")
+    return qat.QuantAffine.from_batch_norm(mod, q(), _rank(x)), (x,)
+
+
+def _group_norm_of(q, input, num_groups, weight, bias, eps):
+    shape = input.meta["hbir_value"].shape
+    _require(shape[1] % num_groups == 0, f"{shape[1]} channels in {num_groups} groups")
+    _require(bias is None or weight is not None, "bias without weight")
+    group_size = math.prod(shape[1:]) // num_groups
+    module = GroupNormDecomposition(
+        num_groups, group_size, eps, weight, bias, len(shape), q.step
+    )
+    return module, (input,)
+
+
+def _module_group_norm(q, mod, x, *, fused_relu=None):
+    return _group_norm_of(q, x, mod.num_groups, mod.weight, mod.bias, mod.eps)
+
+
+def _group_norm(q, input, num_groups, weight=None, bias=None, eps=1e-5):
+    weight, bias = q.constant(weight), q.constant(bias)
+    return _group_norm_of(q, input, num_groups, weight, bias, eps)
+
+
+def _normalize(q, input, p=2.0, dim=1, eps=1e-12, out=None):
+    _require(p == 2, f"p={p} (2 only)")
+    _require(out is None, "out=")
+    return NormalizeDecomposition(dim, q.step), (input,)
+
+
+def _parameter(t):
+    """A traced weight as a parameter of the QAT module (shared if it is one)."""
+    if t is None or isinstance(t, nn.Parameter):
+        return t
+    return nn.Parameter(t.detach().clone(), requires_grad=False)
+
+
+def _f_linear(q, input, weight, bias=None):
+    w, b = q.constant(weight), q.constant(bias)
+    mod = nn.Linear(w.shape[1], w.shape[0], bias=b is not None)
+    mod.weight, mod.bias = _parameter(w), _parameter(b)
+    return qat.Linear.from_float(mod, q()), (input,)
+
+
+def _f_conv2d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    _require(not isinstance(padding, str), f"padding={padding!r}")
+    w, b = q.constant(weight), q.constant(bias)
+    mod = nn.Conv2d(
+        w.shape[1] * groups,
+        w.shape[0],
+        tuple(w.shape[2:]),
+        stride,
+        padding,
+        dilation,
+        groups,
+        bias=b is not None,
+    )
+    mod.weight, mod.bias = _parameter(w), _parameter(b)
+    return qat.Conv2d.from_float(mod, q()), (input,)
+
+
+def _f_batch_norm(
+    q,
+    input,
+    running_mean,
+    running_var,
+    weight=None,
+    bias=None,
+    training=False,
+    momentum=0.1,
+    eps=1e-5,
+):
+    _require(not training, "batch norm in training mode (call model.eval())")
+    bn = nn.BatchNorm1d(1)  # a holder for the statistics from_batch_norm reads
+    bn.running_mean, bn.running_var = q.constant(running_mean), q.constant(running_var)
+    _require(bn.running_var is not None, "batch norm without running statistics")
+    bn.weight, bn.bias, bn.eps = q.constant(weight), q.constant(bias), eps
+    return qat.QuantAffine.from_batch_norm(bn, q(), _rank(input)), (input,)
+
+
+def _attention(
+    q,
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+):
+    _require(attn_mask is None, "an attention mask")
+    _require(not is_causal, "is_causal=True")
+    _require(not enable_gqa, "enable_gqa=True")
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.meta["hbir_value"].shape[-1])
+    return AttentionDecomposition(float(scale), q.step), (query, key, value)
 
 
 # ----------------------------------------------------------------- function builders
@@ -175,6 +279,11 @@ def _pow(q, input, exponent):
     powers = {0.5: lut.Sqrt, -0.5: lut.Rsqrt, -1: lut.Reciprocal}
     _require(exponent in powers, f"exponent {exponent} (supported: 2, 0.5, -0.5, -1)")
     return powers[exponent](q()), (input,)
+
+
+def _neg(q, input, *, out=None):
+    _require(out is None, "out=")
+    return qat.QuantMul(q()), (input, -1.0)
 
 
 def _square(q, input):
@@ -269,6 +378,7 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "softmax": _module_softmax,
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,
+    "group_norm": _module_group_norm,
 }
 
 _FUNCTION_BUILDERS: dict[str, Callable] = {
@@ -289,6 +399,11 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
     "adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "attention": _attention,
+    "neg": _neg,
+    "group_norm": _group_norm,
+    "normalize": _normalize,
+    "abs": _unary(qat.Abs),
 }
 
 _SPELLING_BUILDERS: dict[str, Callable] = {
@@ -296,6 +411,9 @@ _SPELLING_BUILDERS: dict[str, Callable] = {
     "torch.square": _square,
     "Tensor.square": _square,
     "F.gelu": _gelu,
+    "F.linear": _f_linear,
+    "F.conv2d": _f_conv2d,
+    "F.batch_norm": _f_batch_norm,
 }
 
 

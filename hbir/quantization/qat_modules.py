@@ -349,8 +349,11 @@ class QuantAffine(_WeightLayer, nn.Module):
         self.weight_fake_quant = qconfig.weight(weight.shape[0], ch_axis=0)
 
     @classmethod
-    def from_batch_norm(cls, bn: nn.BatchNorm2d, qconfig: QConfig) -> QuantAffine:
-        """The eval-mode batch norm ``x * g / sqrt(var + eps) + (b - mean * ...)``."""
+    def from_batch_norm(
+        cls, bn: nn.modules.batchnorm._BatchNorm, qconfig: QConfig, rank: int = 4
+    ) -> QuantAffine:
+        """The eval-mode batch norm ``x * g / sqrt(var + eps) + (b - mean * ...)`` of
+        a rank-``rank`` input (channels in dim 1)."""
         inv_std = torch.rsqrt(bn.running_var + bn.eps)
         gamma = (
             bn.weight.detach() if bn.weight is not None else torch.ones_like(inv_std)
@@ -358,7 +361,7 @@ class QuantAffine(_WeightLayer, nn.Module):
         beta = bn.bias.detach() if bn.bias is not None else torch.zeros_like(inv_std)
         weight = nn.Parameter(gamma * inv_std)
         bias = nn.Parameter(beta - bn.running_mean * gamma * inv_std)
-        return cls(qconfig, weight, bias, (-1, 1, 1))
+        return cls(qconfig, weight, bias, (-1,) + (1,) * (rank - 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
@@ -465,6 +468,20 @@ class Clamp(QATModule):
 
     def extra_repr(self) -> str:
         return f"min_value={self.min_value}, max_value={self.max_value}"
+
+
+class Abs(QATModule):
+    """``|x|`` with its own output fake quant (``|qmin|`` is off the input grid)."""
+
+    op = "abs"
+
+    def __init__(self, qconfig: QConfig) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        return self.activation_post_process(torch.abs(x))
 
 
 class ReLU(Clamp):

@@ -74,3 +74,42 @@ def test_unfusable_patterns_are_reported_with_reasons():
         reasons[("lone_bn",)] == "not after a conv: quantized as a per-channel affine"
     )
     assert _modules(gm).count("BatchNorm2d") == 2 and "ReLU" in _modules(gm)
+
+
+class ConvBNAct(nn.Module):
+    """timm's ``BatchNormAct2d`` form: a functional batch norm on module attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        bn = self.bn
+        x = F.batch_norm(
+            self.conv(x),
+            bn.running_mean,
+            bn.running_var,
+            bn.weight,
+            bn.bias,
+            False,
+            0.1,
+            bn.eps,
+        )
+        return F.relu(x)
+
+
+def test_a_functional_batch_norm_after_a_conv_folds_like_the_module():
+    model = ConvBNAct().eval()
+    model.bn.running_mean.normal_()
+    model.bn.running_var.uniform_(0.5, 2)
+    model.bn.weight.data.uniform_(0.5, 1.5)
+    gm, unfused = _fused(model)
+    assert F.batch_norm not in [n.target for n in gm.graph.nodes]
+    assert not [n for n in gm.graph.nodes if n.op == "get_attr"]
+    assert unfused == []
+    conv = next(n for n in gm.graph.nodes if n.target == "conv")
+    assert conv.meta["hbir_fused_relu"] == "relu"
+    gm.recompile()
+    x = torch.randn(2, 2, 5, 5)
+    torch.testing.assert_close(F.relu(gm(x)), model(x))  # plus the fused relu
