@@ -1,12 +1,14 @@
-"""fold-constants: data movement and casts of constants become constants.
+"""fold-constants: an hbir op whose operands are all constants becomes constants.
 
-A parameter used through a reshape (``gamma.reshape(1, -1, 1, 1)``), a transpose,
-a slice or a float cast is imported as that op on an ``hbir.constant``; folded, it is
-a constant of the final shape and type, which convert quantizes like any weight
-instead of leaving a float CPU op. The values are moved, not recomputed: a reshape,
-transpose or slice is exact, and a float cast rounds half to even as torch does.
-The original constant stays if something else reads it (``cleanup`` removes it
-otherwise).
+A parameter used through a reshape (``gamma.reshape(1, -1, 1, 1)``), a positional
+encoding computed from sizes and then projected by a conv, a mask made from
+constants: each is imported as ops on ``hbir.constant`` and folded here into the
+constant it computes, which convert quantizes like any weight instead of leaving
+float CPU ops. The values are computed by the interpreter's own kernel for the op,
+so the folded model computes exactly what the unfolded one did. Quantization ops
+(``qnt.*``: a weight's fake quantization must stay visible to convert) and lookup
+tables configured for the model's rounding mode are not folded. The original
+constants stay if something else reads them (``cleanup`` removes them otherwise).
 
 Before::
 
@@ -24,13 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import (
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
-    Float32Type,
-    Float64Type,
-    ModuleOp,
-)
+from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -39,57 +36,43 @@ from xdsl.pattern_rewriter import (
 )
 
 from hbir.dialects import hbir
-from hbir.dialects.hbir import dense_array, numpy_dtype, tensor_type
-
-_FOLDABLE = (hbir.ReshapeOp, hbir.TransposeOp, hbir.SliceOp, hbir.CastOp)
+from hbir.dialects.hbir import dense_array
 
 
-def _moved(op, x: np.ndarray) -> np.ndarray | None:
-    """The op's result on the constant ``x``, or None if it does not fold."""
-    if isinstance(op, hbir.ReshapeOp):
-        return x.reshape(hbir.shape_of(op.output))
-    if isinstance(op, hbir.TransposeOp):
-        return x.transpose(op.perm.get_values())
-    if isinstance(op, hbir.SliceOp):
-        index = tuple(
-            slice(b, e, s)
-            for b, e, s in zip(
-                op.begin.get_values(),
-                op.end.get_values(),
-                op.step.get_values(),
-                strict=True,
-            )
-        )
-        return x[index]
-    floats = (Float32Type, Float64Type)
-    source = tensor_type(op.input).element_type
-    target = tensor_type(op.output).element_type
-    if isinstance(source, floats) and isinstance(target, floats):
-        return x.astype(numpy_dtype(target))
-    return None
+def _foldable(op: Operation) -> bool:
+    if op.dialect_name() != "hbir" or isinstance(op, hbir.ConstantOp):
+        return False
+    if isinstance(op, hbir.FloatUnaryOp) and op.lut_config() is not None:
+        return False  # its table depends on the model's rounding mode
+    if not op.operands or op.regions:
+        return False
+    return all(isinstance(v.owner, hbir.ConstantOp) for v in op.operands)
 
 
-class FoldConstantMove(RewritePattern):
-    def match_and_rewrite(self, op, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, _FOLDABLE):
+class FoldConstantOp(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not _foldable(op):
             return
-        source = op.operands[0].owner
-        if not isinstance(source, hbir.ConstantOp):
+        from hbir.runtime.interpreter import KERNELS  # torch: only when folding
+
+        kernel = KERNELS.get(type(op))
+        if kernel is None:
             return
-        y = _moved(op, dense_array(source.value))
-        if y is None:
-            return
-        data = BytesAttr(np.ascontiguousarray(y).tobytes())
-        constant = hbir.ConstantOp(DenseIntOrFPElementsAttr(op.output.type, data))
-        constant.location = op.location
-        rewriter.replace(op, constant)
+        inputs = [dense_array(v.owner.value) for v in op.operands]
+        constants = []
+        for value, y in zip(op.results, kernel(op, *inputs), strict=True):
+            data = BytesAttr(np.ascontiguousarray(y).tobytes())
+            constant = hbir.ConstantOp(DenseIntOrFPElementsAttr(value.type, data))
+            constant.location = op.location
+            constants.append(constant)
+        rewriter.replace(op, constants)
 
 
 @dataclass(frozen=True)
 class FoldConstantsPass(ModulePass):
-    """Fold reshapes, transposes, slices and float casts of constants."""
+    """Fold hbir ops on constants into the constants they compute."""
 
     name = "fold-constants"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(FoldConstantMove()).rewrite_module(op)
+        PatternRewriteWalker(FoldConstantOp()).rewrite_module(op)

@@ -254,16 +254,18 @@ class Exporter:
                 continue
             if not _is_tensor_node(self.recorded.get(node)):
                 # Shapes, sizes, Python numbers: evaluated on the example inputs.
+                self.constants.add(node)
                 self.values[node] = self.recorded.get(node)
                 continue
-            if self._folds(node):
-                # Index math on parameters (e.g. a bias table gathered by an int64
-                # index buffer): its value on the example is the constant.
+            builder, what = rules.find(node, self.modules)
+            if self._folds(node, builder is not None):
+                # Computed from constants and sizes only, in a form IR cannot hold
+                # (index math on an int64 buffer, a mask made by torch.zeros): its
+                # value on the example is the constant.
                 self._set_location(node, "constant")
                 self.constants.add(node)
                 self.values[node] = self._constant_value(self.recorded[node])
                 continue
-            builder, what = rules.find(node, self.modules)
             if builder is None:
                 problems.append(_problem(node, f"unsupported op {what}"))
                 failed.add(node)
@@ -273,6 +275,8 @@ class Exporter:
             try:
                 with _sizes_resolved(node, self.recorded):
                     self.values[node] = builder(self, node)
+                if all(n in self.constants for n in node.all_input_nodes):
+                    self.constants.add(node)  # constant math, imported as IR
             except Unsupported as e:
                 problems.append(_problem(node, f"{what}: {e}"))
                 failed.add(node)
@@ -298,12 +302,15 @@ class Exporter:
             return self.constant(value)
         return value
 
-    def _folds(self, node: fx.Node) -> bool:
-        """A node computed from constants only, with a tensor that IR cannot hold
-        (integer index math); float-only constant math is fold-constants' job."""
+    def _folds(self, node: fx.Node, importable: bool) -> bool:
+        """A node computed from constants and sizes only that export cannot import
+        (no rule, or an integer tensor IR cannot hold). Constant math that imports
+        is left to the ``fold-constants`` pass."""
         inputs = node.all_input_nodes
-        if not inputs or not all(n in self.constants for n in inputs):
+        if not all(n in self.constants for n in inputs):
             return False
+        if not importable:
+            return True
         values = [self.recorded.get(n) for n in inputs] + [self.recorded.get(node)]
         return any(
             isinstance(v, torch.Tensor) and v.dtype not in _TORCH_TO_IR for v in values

@@ -3,17 +3,19 @@
 // RUN: not hbir-opt %S/Inputs/fold_constants_bad_reshape.mlir -p fold-constants 2>&1 | filecheck %s --check-prefix=INVALID
 
 // Positive: gamma.reshape(1, -1, 1, 1) on a parameter becomes one constant of the
-// final shape (the values in their reshaped order); a transpose, a slice and a
-// float cast of constants fold likewise (f64 -> f32 rounds 0.1 to its nearest
-// float, 0.100000001490116...).
+// final shape (the values in their reshaped order); a transpose, a slice, a float
+// cast (f64 -> f32 rounds 0.1 to its nearest float, 0.100000001490116...), an
+// integer cast and arithmetic on constants fold likewise.
 // CHECK-LABEL: func.func @folds
 // CHECK-NEXT:    %[[G:.*]] = hbir.constant dense<{{\[\[\[\[}}1.000000e+00]], {{\[\[}}2.000000e+00]]]]> : tensor<1x2x1x1xf32>
 // CHECK-NEXT:    %[[M:.*]] = hbir.mul %x, %[[G]]
 // CHECK-NEXT:    %[[T:.*]] = hbir.constant dense<{{\[\[}}1.000000e+00, 3.000000e+00], [2.000000e+00, 4.000000e+00]]> : tensor<2x2xf32>
 // CHECK-NEXT:    %[[S:.*]] = hbir.constant dense<[2.000000e+00, 4.000000e+00]> : tensor<2xf32>
 // CHECK-NEXT:    %[[C:.*]] = hbir.constant dense<1.000000e-01> : tensor<f32>
-// CHECK-NEXT:    func.return %[[M]], %[[T]], %[[S]], %[[C]]
-func.func @folds(%x: tensor<1x2x3x3xf32>) -> (tensor<1x2x3x3xf32>, tensor<2x2xf32>, tensor<2xf32>, tensor<f32>) {
+// CHECK-NEXT:    %[[I:.*]] = hbir.constant dense<[1, 2]> : tensor<2xsi8>
+// CHECK-NEXT:    %[[A:.*]] = hbir.constant dense<[4.000000e+00, 8.000000e+00]> : tensor<2xf32>
+// CHECK-NEXT:    func.return %[[M]], %[[T]], %[[S]], %[[C]], %[[I]], %[[A]]
+func.func @folds(%x: tensor<1x2x3x3xf32>) -> (tensor<1x2x3x3xf32>, tensor<2x2xf32>, tensor<2xf32>, tensor<f32>, tensor<2xsi8>, tensor<2xf32>) {
   %g = hbir.constant dense<[1.0, 2.0]> : tensor<2xf32>
   %r = hbir.reshape %g : tensor<2xf32> -> tensor<1x2x1x1xf32>
   %m = hbir.mul %x, %r : (tensor<1x2x3x3xf32>, tensor<1x2x1x1xf32>) -> tensor<1x2x3x3xf32>
@@ -23,26 +25,31 @@ func.func @folds(%x: tensor<1x2x3x3xf32>) -> (tensor<1x2x3x3xf32>, tensor<2x2xf3
   %sr = hbir.reshape %s : tensor<2x1xf32> -> tensor<2xf32>
   %d = hbir.constant dense<0.1> : tensor<f64>
   %c = hbir.cast %d : tensor<f64> -> tensor<f32>
-  func.return %m, %t, %sr, %c : tensor<1x2x3x3xf32>, tensor<2x2xf32>, tensor<2xf32>, tensor<f32>
+  %i = hbir.cast %g : tensor<2xf32> -> tensor<2xsi8>
+  %a = hbir.add %sr, %sr : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  func.return %m, %t, %sr, %c, %i, %a : tensor<1x2x3x3xf32>, tensor<2x2xf32>, tensor<2xf32>, tensor<f32>, tensor<2xsi8>, tensor<2xf32>
 }
 
 // -----
 
-// Does not apply: moves of a function argument or of a computed value, and a cast
-// of a constant to an integer type (that is quantization, not a move), stay.
+// Does not apply: ops on a function argument or on a computed value, a weight's
+// fake quantization (convert reads it), and a lookup table configured for the
+// model's rounding mode stay.
 // CHECK-LABEL: func.func @kept
 // CHECK-NEXT:    hbir.reshape %x
 // CHECK-NEXT:    hbir.relu
 // CHECK-NEXT:    hbir.transpose
 // CHECK-NEXT:    hbir.constant
-// CHECK-NEXT:    hbir.cast
-func.func @kept(%x: tensor<2x2xf32>) -> (tensor<4xf32>, tensor<2x2xf32>, tensor<2xsi8>) {
+// CHECK-NEXT:    qnt.const_fake_quant
+// CHECK-NEXT:    hbir.sigmoid
+func.func @kept(%x: tensor<2x2xf32>) -> (tensor<4xf32>, tensor<2x2xf32>, tensor<2xf32>, tensor<2xf32>) {
   %r = hbir.reshape %x : tensor<2x2xf32> -> tensor<4xf32>
   %y = hbir.relu %x : tensor<2x2xf32>
   %t = hbir.transpose %y {perm = array<i64: 1, 0>} : tensor<2x2xf32> -> tensor<2x2xf32>
   %c = hbir.constant dense<[1.0, 2.0]> : tensor<2xf32>
-  %i = hbir.cast %c : tensor<2xf32> -> tensor<2xsi8>
-  func.return %r, %t, %i : tensor<4xf32>, tensor<2x2xf32>, tensor<2xsi8>
+  %w = qnt.const_fake_quant %c {min = array<f64: -2.0>, max = array<f64: 1.984375>, bits = 8 : i64} : tensor<2xf32>
+  %s = hbir.sigmoid %c {num_tables = 162 : i64, in_scale = 6.25e-02 : f64, in_bits = 8 : i64, out_scale = 7.8125e-03 : f64, out_bits = 8 : i64} : tensor<2xf32>
+  func.return %r, %t, %w, %s : tensor<4xf32>, tensor<2x2xf32>, tensor<2xf32>, tensor<2xf32>
 }
 
 // Invalid option: the pass has none.

@@ -1,0 +1,192 @@
+"""The timm suite: 20 public architectures no one here wrote, through every stage.
+
+Each model has random weights (``num_classes=10``), BatchNorm statistics re-estimated
+on random data (so activations are not degenerate) and a small input, and is wrapped
+only with a ``QuantStub`` at the input and a ``DeQuantStub`` at the output.
+``run_stages`` takes it through
+
+    float -> prepare -> calibration -> one QAT step -> VALIDATION -> pre_export
+          -> export -> convert -> feed
+
+and returns the stage contract figures that ``test_timm.py`` asserts and
+``survey.py`` tabulates.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timm_import import import_timm  # noqa: E402
+
+import hbir  # noqa: E402
+from hbir.conversion import cpu_advice  # noqa: E402
+from hbir.quantization import (  # noqa: E402
+    DeQuantStub,
+    FakeQuantState,
+    QuantStub,
+    export,
+    pre_export,
+    prepare,
+    qat_modules,  # noqa: E402
+    set_fake_quantize,
+)
+
+# name -> (create_model kwargs beyond num_classes, input height = width, note)
+MODELS: dict[str, tuple[dict, int, str]] = {
+    "resnet18": ({}, 64, ""),
+    "mobilenetv3_small_100": ({}, 64, ""),
+    "mobilenetv4_conv_small": ({}, 64, ""),
+    "efficientnet_b0": ({}, 64, ""),
+    "convnext_atto": ({}, 64, ""),
+    "vit_tiny_patch16_224": ({"img_size": 64}, 64, "img_size=64: 4x4 patches"),
+    "deit_tiny_patch16_224": ({"img_size": 64}, 64, "img_size=64: 4x4 patches"),
+    "swin_tiny_patch4_window7_224": (
+        {"img_size": 64, "window_size": 4},
+        64,
+        "img_size=64, window_size=4",
+    ),
+    "mobilevit_xxs": ({}, 64, ""),
+    "efficientformer_l1": ({}, 224, "224 only: its attention bias is fixed at 7x7"),
+    "repvit_m0_9": ({}, 64, ""),
+    "regnetx_002": ({}, 64, ""),
+    "ghostnet_100": ({}, 64, ""),
+    "levit_128s": ({"img_size": 64}, 64, "img_size=64"),
+    "poolformer_s12": ({}, 64, ""),
+    "fastvit_t8": ({}, 64, ""),
+    "mobileone_s0": ({}, 64, ""),
+    "lcnet_050": ({}, 64, ""),
+    "densenet121": ({}, 64, ""),
+    "edgenext_xx_small": ({}, 64, ""),
+}
+
+
+class Boundary(nn.Module):
+    """The timm model with a QuantStub at the input and a DeQuantStub at the output."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.quant = QuantStub()
+        self.model = inner
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.model(self.quant(x)))
+
+
+def reestimate_batch_norms(model: nn.Module, batches) -> None:
+    """BatchNorm running statistics from random data, so outputs are not degenerate."""
+    norms = [
+        m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+    ]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the batches
+    model.train()
+    with torch.no_grad():
+        for x in batches:
+            model(x)
+    model.eval()
+
+
+@dataclass
+class Result:
+    """What each stage gave; ``stage`` is the last one entered."""
+
+    model: str
+    stage: str = "create"
+    cpu_ops: list[str] = field(default_factory=list)
+    bc_vs_export_pt_diff: int = -1  # elements of qat.bc (fed) != qat.export.pt
+    quantized_vs_bc_lsb: float = -1.0  # max |quantized.bc - qat.bc| in output LSBs
+    float_vs_qat_max_abs: float = -1.0
+
+
+def run_stages(name: str, out_dir, result: Result, qat_steps: int = 1) -> Result:
+    """Take ``name`` through every stage, updating ``result`` as it goes (so a
+    caller that catches an exception knows the stage that raised)."""
+    timm = import_timm()
+    kwargs, size, _ = MODELS[name]
+    torch.manual_seed(0)
+    inner = timm.create_model(name, pretrained=False, num_classes=10, **kwargs)
+    g = torch.Generator().manual_seed(1)
+
+    def batch(n=1):
+        return torch.randn(n, 3, size, size, generator=g)
+
+    reestimate_batch_norms(inner, [batch(4) for _ in range(2)])
+    model = Boundary(inner).eval()
+    example = batch()
+
+    result.stage = "float"
+    with torch.no_grad():
+        float_out = model(example)
+
+    result.stage = "prepare"
+    qat = prepare(model, (example,), out_dir=out_dir)
+
+    result.stage = "calibration"
+    qat.eval()
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for _ in range(4):
+            qat(batch())
+
+    result.stage = "qat_step"
+    if qat_steps:
+        qat.train()
+        set_fake_quantize(qat, FakeQuantState.QAT)
+        opt = torch.optim.SGD(qat.parameters(), lr=1e-4)
+        for _ in range(qat_steps):
+            loss = qat(batch(2)).float().pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    result.stage = "validation"
+    qat.eval()
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    with torch.no_grad():
+        qat_out = qat(example)
+    result.float_vs_qat_max_abs = float((float_out - qat_out).abs().max())
+
+    result.stage = "pre_export"
+    qat_export = pre_export(qat)
+    with torch.no_grad():
+        export_out = qat_export(example).numpy()
+
+    result.stage = "export"
+    qat_bc = export(qat, (example,))
+
+    result.stage = "convert"
+    quantized = hbir.convert(qat_bc, "nash-e")
+    result.cpu_ops = cpu_advice(quantized)
+
+    result.stage = "feed"
+    x = example.numpy()
+    bc_out = np.asarray(qat_bc["forward"](x))
+    q_out = np.asarray(quantized["forward"](x))
+    result.bc_vs_export_pt_diff = int((bc_out != export_out).sum())
+    lsb = float(_output_fake_quant(qat).scale.flatten()[0])
+    result.quantized_vs_bc_lsb = float(np.abs(q_out - bc_out).max() / lsb)
+    result.stage = "ok"
+    return result
+
+
+def _output_fake_quant(qat):
+    """The fake quant of the module feeding the DeQuantStub (the output's LSB)."""
+    modules = dict(qat.named_modules())
+    for node in qat.graph.nodes:
+        if node.op == "call_module" and isinstance(
+            modules[node.target], qat_modules.DeQuantStub
+        ):
+            src = node.args[0]
+            while src.op != "call_module":  # pass-through ops keep the scale
+                src = src.args[0]
+            return modules[src.target].activation_post_process
+    raise AssertionError("no DeQuantStub")
