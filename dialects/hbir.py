@@ -1380,6 +1380,29 @@ class ReshapeOp(IRDLOperation):
 
 
 @irdl_op_definition
+class FlipOp(UnaryOp):
+    """Reverse the order of elements along ``dims`` (``torch.flip``).
+
+    ``%y = hbir.flip %x {dims = array<i64: 1>} : tensor<1x4x2x3xf32>``
+    """
+
+    name = "hbir.flip"
+
+    dims = prop_def(DenseArrayBase[I64])
+
+    def __init__(self, input: Value, dims: Sequence[int]):
+        super().__init__(input, {"dims": ints(dims)})
+
+    def verify_(self) -> None:
+        rank = len(shape_of(self.input))
+        dims = _values(self.dims)
+        if any(not -rank <= d < rank for d in dims):
+            raise VerifyException(f"dims {list(dims)} out of range for rank {rank}")
+        if len({d % rank for d in dims}) != len(dims):
+            raise VerifyException(f"dims {list(dims)} repeat a dim")
+
+
+@irdl_op_definition
 class TransposeOp(IRDLOperation):
     """Permute dimensions: ``y.shape[i] = x.shape[perm[i]]``.
 
@@ -1856,6 +1879,7 @@ HBIR = Dialect(
         SplitOp,
         ReshapeOp,
         TransposeOp,
+        FlipOp,
         PadOp,
         CastOp,
         LutOp,

@@ -48,6 +48,7 @@ from hbir.passes import fixed_point as fp
 _MOVERS = {
     hbir.ReshapeOp: lambda op, q: hbir.ReshapeOp(q, shape_of(op.output)),
     hbir.TransposeOp: lambda op, q: hbir.TransposeOp(q, op.perm.get_values()),
+    hbir.FlipOp: lambda op, q: hbir.FlipOp(q, op.dims.get_values()),
     hbir.SliceOp: lambda op, q: hbir.SliceOp(
         q, op.begin.get_values(), op.end.get_values(), op.step.get_values()
     ),

@@ -410,6 +410,10 @@ def _slice(op: hbir.SliceOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     return (x[tuple(slice(b, e, s) for b, e, s in bounds)],)
 
 
+def _flip(op: hbir.FlipOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return (np.flip(x, tuple(op.dims.get_values())).copy(),)
+
+
 def _split(op: hbir.SplitOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     cuts = np.cumsum(op.sizes.get_values())[:-1]
     return tuple(np.split(x, cuts, axis=op.dim.value.data))
@@ -614,6 +618,7 @@ KERNELS: dict[type[Operation], Kernel] = {
     hbir.SplitOp: _split,
     hbir.ReshapeOp: _reshape,
     hbir.TransposeOp: _transpose,
+    hbir.FlipOp: _flip,
     hbir.PadOp: _pad,
     hbir.CastOp: _cast,
     hbir.LutOp: _lut,

@@ -89,6 +89,14 @@ OPS: tuple[OpEntry, ...] = (
         ("F.scaled_dot_product_attention",),
         DECOMPOSED,
     ),
+    # in-projections, the heads' attention, the out-projection
+    OpEntry(
+        "multihead_attention",
+        "hbir.linear",
+        GEMM,
+        ("nn.MultiheadAttention",),
+        DECOMPOSED,
+    ),
     # ---------------------------------------------------------------- arithmetic
     OpEntry(
         "add",
@@ -251,6 +259,7 @@ OPS: tuple[OpEntry, ...] = (
         ("operator.getitem", "torch.narrow", "Tensor.narrow"),
         PASSTHROUGH,
     ),
+    OpEntry("flip", "hbir.flip", MOVE, ("torch.flip", "Tensor.flip"), PASSTHROUGH),
     # ``roll``: two slices and a concat; ``repeat`` / ``expand``: a concat of copies
     OpEntry("roll", "hbir.concat", MOVE, ("torch.roll", "Tensor.roll"), PASSTHROUGH),
     OpEntry(

@@ -11,6 +11,7 @@ overridden on its own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -210,3 +211,58 @@ class NormalizeDecomposition(Decomposition):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class MultiheadAttentionDecomposition(Decomposition):
+    """``nn.MultiheadAttention`` (self- or cross-attention, no masks): the input
+    projections as three quantized linears, the heads' attention
+    (``AttentionDecomposition``), the output projection. Returns ``(output, None)``:
+    the averaged attention weights are not computed."""
+
+    op = "multihead_attention"
+
+    def __init__(self, mha: nn.Module, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        from hbir.quantization.qat_modules import Linear
+
+        e, heads = mha.embed_dim, mha.num_heads
+        self.num_heads, self.batch_first = heads, mha.batch_first
+        if mha._qkv_same_embed_dim:
+            weights = mha.in_proj_weight.detach().chunk(3)
+        else:
+            weights = (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)
+        biases = (
+            mha.in_proj_bias.detach().chunk(3)
+            if mha.in_proj_bias is not None
+            else (None,) * 3
+        )
+        for name, w, b in zip(("q", "k", "v"), weights, biases, strict=True):
+            linear = nn.Linear(w.shape[1], e, bias=b is not None)
+            linear.weight = nn.Parameter(w.detach().clone())
+            if b is not None:
+                linear.bias = nn.Parameter(b.clone())
+            # int8 like any linear: a gemm cannot take two int16 operands on nash-e
+            qconfig = qconfig_for(f"{name}_proj", Linear, True)
+            setattr(self, f"{name}_proj", Linear.from_float(linear, qconfig))
+        scale = 1.0 / math.sqrt(e // heads)
+        self.attention = AttentionDecomposition(
+            scale, _prefixed(qconfig_for, "attention", False)
+        )
+        self.out_proj = Linear.from_float(
+            mha.out_proj, qconfig_for("out_proj", Linear, True)
+        )
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+
+    def forward(self, query, key, value):
+        if not self.batch_first:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        q = self._heads(self.q_proj(query))
+        k = self._heads(self.k_proj(key))
+        v = self._heads(self.v_proj(value))
+        out = self.out_proj(self.attention(q, k, v).transpose(1, 2).flatten(2))
+        return (out if self.batch_first else out.transpose(0, 1)), None
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, batch_first={self.batch_first}"

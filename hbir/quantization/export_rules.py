@@ -464,7 +464,10 @@ def _to_same(ex: Exporter, node: fx.Node):
 
 def _getitem(ex: Exporter, node: fx.Node):
     base, index = node.args
-    value = ex.values[base]
+    if isinstance(base, list | tuple):  # a decomposition's (output, None)
+        value = [ex.values[b] if isinstance(b, fx.Node) else b for b in base]
+    else:
+        value = ex.values[base]
     if isinstance(value, list | tuple | dict):
         return value[index]
     return _index_tensor(ex, node, value, index)
@@ -565,6 +568,13 @@ def _roll(ex: Exporter, node: fx.Node):
     return y
 
 
+def _flip(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    dims = _arg(node, 1, "dims")
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return ex.emit(hb.FlipOp(x, dims)) if dims else x
+
+
 def _repeat(ex: Exporter, node: fx.Node):
     """``repeat`` / ``expand`` / ``expand_as``: copies concatenated along each dim."""
     x = ex.tensor(node.args[0])
@@ -644,6 +654,7 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "pad": _pad,
     "interpolate": _interpolate,
     "roll": _roll,
+    "flip": _flip,
     "repeat": _repeat,
 }
 _SPELLING_IMPORTERS: dict[str, Builder] = {

@@ -28,6 +28,7 @@ from hbir.quantization.decompositions import (
     DivDecomposition,
     GroupNormDecomposition,
     LayerNormDecomposition,
+    MultiheadAttentionDecomposition,
     NormalizeDecomposition,
     SoftmaxDecomposition,
 )
@@ -121,6 +122,27 @@ def _group_norm_of(q, input, num_groups, weight, bias, eps):
         num_groups, group_size, eps, weight, bias, len(shape), q.step
     )
     return module, (input,)
+
+
+def _module_multihead_attention(
+    q,
+    mod,
+    query,
+    key,
+    value,
+    key_padding_mask=None,
+    need_weights=True,
+    attn_mask=None,
+    average_attn_weights=True,
+    is_causal=False,
+    *,
+    fused_relu=None,
+):
+    _require(key_padding_mask is None and attn_mask is None, "attention masks")
+    _require(not is_causal, "is_causal=True")
+    _require(mod.bias_k is None and mod.bias_v is None, "add_bias_kv=True")
+    _require(not mod.add_zero_attn, "add_zero_attn=True")
+    return MultiheadAttentionDecomposition(mod, q.step), (query, key, value)
 
 
 def _module_group_norm(q, mod, x, *, fused_relu=None):
@@ -379,6 +401,7 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,
     "group_norm": _module_group_norm,
+    "multihead_attention": _module_multihead_attention,
 }
 
 _FUNCTION_BUILDERS: dict[str, Callable] = {

@@ -346,6 +346,9 @@ class _GraphBuilder:
             self.decompositions[name] = built
             self._install(name, built)
             out = self._inline(name, built, call_args, node)
+            if isinstance(out, tuple):  # (output, None): nn.MultiheadAttention
+                self.env[node] = out
+                return
         else:
             out = self._emit(name, built, call_args, node)
         self._set(node, out, QUANT, self.fake_quant_of.get(out))
@@ -426,7 +429,7 @@ class _GraphBuilder:
                     origin,
                 )
             elif n.op == "output":
-                return env[n.args[0]]
+                return fx.node.map_arg(n.args[0], env.__getitem__)
             else:
                 new = self.graph.node_copy(n, env.__getitem__)
                 quant_inputs = [

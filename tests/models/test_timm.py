@@ -29,3 +29,30 @@ def test_model_goes_through_every_stage(name, tmp_path):
     assert result.bc_vs_export_pt_diff == 0, "qat.bc differs from qat.export.pt"
     assert len(result.cpu_ops) == EXPECTED_CPU_OPS.get(name, 0), result.cpu_ops
     assert np.isfinite(result.quantized_vs_bc_lsb)
+
+
+def test_stochastic_depth_and_drop_path_are_identities_in_eval(tmp_path):
+    """torchvision's fx-wrapped ``stochastic_depth`` and timm's ``DropPath`` trace
+    into their eval branch (the identity) and leave no op behind."""
+    from timm_import import import_timm
+
+    from hbir.quantization import DeQuantStub, QuantStub, prepare
+
+    timm = import_timm()
+    import torchvision
+
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+            self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+            self.drop_path = timm.layers.DropPath(0.2)
+
+        def forward(self, x):
+            x = self.quant(x)
+            y = torchvision.ops.stochastic_depth(self.conv(x), 0.2, "row", False)
+            return self.dequant(x + self.drop_path(y))
+
+    qat = prepare(Residual().eval(), (torch.randn(1, 3, 8, 8),), out_dir=tmp_path)
+    names = {str(n.target) for n in qat.graph.nodes}
+    assert not any("stochastic_depth" in n or "drop_path" in n for n in names)

@@ -111,6 +111,7 @@ SAMPLES = {
             x, m.op.running_mean, m.op.running_var, m.op.weight, m.op.bias
         )
     ),
+    "nn.MultiheadAttention": (lambda m, x: m.op(x, x * 0.5, x)[0], (5, 2, 8)),
     "F.scaled_dot_product_attention": (
         lambda m, x: F.scaled_dot_product_attention(x, x * 0.5, x),
         (1, 2, 5, 8),
@@ -213,6 +214,8 @@ SAMPLES = {
     "operator.getitem": _x4(lambda m, x: x[:, 1:3, ::2, -1]),
     "torch.narrow": _x4(lambda m, x: torch.narrow(x, 2, 1, 3)),
     "Tensor.narrow": _x4(lambda m, x: x.narrow(-1, 0, 2)),
+    "torch.flip": _x4(lambda m, x: torch.flip(x, (1, 3))),
+    "Tensor.flip": _x4(lambda m, x: x.flip(-1)),
     "torch.roll": _x4(lambda m, x: torch.roll(x, (1, -2), (2, 3))),
     "Tensor.roll": _x4(lambda m, x: x.roll(3, 1)),
     "Tensor.repeat": _x4(lambda m, x: x.repeat(1, 2, 1, 3)),
@@ -237,6 +240,7 @@ MODULES = {
     "nn.ConvTranspose2d": lambda: nn.ConvTranspose2d(4, 2, 2, stride=2),
     "nn.Linear": lambda: nn.Linear(4, 3),
     "F.linear": lambda: nn.Linear(4, 3),
+    "nn.MultiheadAttention": lambda: nn.MultiheadAttention(8, 2),
     "F.conv2d": lambda: nn.Conv2d(4, 3, 3),
     "nn.BatchNorm1d": lambda: _batch_norm(nn.BatchNorm1d),
     "F.batch_norm": lambda: _batch_norm(),

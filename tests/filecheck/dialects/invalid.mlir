@@ -106,6 +106,14 @@ func.func @f(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
 
 // -----
 
+func.func @f(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %y = hbir.flip %x {dims = array<i64: 1, -1>} : tensor<2x8xf32>
+  func.return %y : tensor<2x8xf32>
+}
+// CHECK: error: 'hbir.flip' op dims [1, -1] repeat a dim
+
+// -----
+
 func.func @f(%x: tensor<4xsi8>) -> tensor<4xsi8> {
   %y = hbir.lut %x {table = dense<0> : tensor<128xsi8>} : tensor<4xsi8> -> tensor<4xsi8>
   func.return %y : tensor<4xsi8>

@@ -54,6 +54,7 @@
 // CHECK-NEXT: %s0, %s1 = hbir.split %sl {sizes = array<i64: 3, 5>, dim = 1 : i64} : (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>)
 // CHECK-NEXT: %rsh = hbir.reshape %s1 : tensor<2x5xf32> -> tensor<10xf32>
 // CHECK-NEXT: %tr = hbir.transpose %s0 {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+// CHECK-NEXT: %fl = hbir.flip %tr {dims = array<i64: 0, -1>} : tensor<3x2xf32>
 // CHECK-NEXT: %pad = hbir.pad %tr {low = array<i64: 0, 1>, high = array<i64: 0, 2>, value = 5.000000e-01 : f64} : tensor<3x2xf32> -> tensor<3x5xf32>
 // CHECK-NEXT: %cast = hbir.cast %pad : tensor<3x5xf32> -> tensor<3x5xsi32>
 // CHECK-NEXT: func.return %sl : tensor<2x8xf32>
@@ -105,6 +106,7 @@ func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8
   %s0, %s1 = hbir.split %sl {sizes = array<i64: 3, 5>, dim = 1 : i64} : (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>)
   %rsh = hbir.reshape %s1 : tensor<2x5xf32> -> tensor<10xf32>
   %tr = hbir.transpose %s0 {perm = array<i64: 1, 0>} : tensor<2x3xf32> -> tensor<3x2xf32>
+  %fl = hbir.flip %tr {dims = array<i64: 0, -1>} : tensor<3x2xf32>
   %pad = hbir.pad %tr {low = array<i64: 0, 1>, high = array<i64: 0, 2>, value = 0.5 : f64} : tensor<3x2xf32> -> tensor<3x5xf32>
   %cast = hbir.cast %pad : tensor<3x5xf32> -> tensor<3x5xsi32>
   func.return %sl : tensor<2x8xf32>
