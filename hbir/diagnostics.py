@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerType,
     ModuleOp,
+    NameLoc,
     RankedStructure,
 )
 from xdsl.ir import Operation
@@ -138,9 +139,13 @@ def describe_location(
             span = dataclasses.replace(span, line_offset=line_offset)
         return str(span.get_location()), "\n" + _caret(span)
     loc = op.location
+    origin = ""
+    if isinstance(loc, NameLoc):  # export's "<module path>|<torch op>#<n>"(file:line)
+        origin, loc = f" ({loc.desc.data})", loc.location
     if isinstance(loc, FileLineColLoc):
-        return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}", ""
-    return f"{filename}: '{op.name}'", ""
+        where = f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+        return where + origin, ""
+    return f"{filename}: '{op.name}'{origin}", ""
 
 
 def verify(

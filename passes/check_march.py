@@ -84,6 +84,8 @@ def reason(op: Operation, march: March) -> str | None:
             return f"int{codes.bits} operands are not supported on {march.name}"
     if isinstance(op, _GEMMS):
         return _gemm_reason(op, march)
+    if isinstance(op, hbir.Resize2dOp) and op.mode.data != "nearest":
+        return f"{op.mode.data} resize has no integer lowering yet"
     return None
 
 

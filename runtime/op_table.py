@@ -273,6 +273,9 @@ OPS: tuple[OpEntry, ...] = (
     # are prepared as unsupported
     OpEntry("pad", "hbir.pad", MOVE, ("F.pad",), PASSTHROUGH),
     OpEntry("interpolate", "hbir.resize2d", MOVE, ("F.interpolate",), PASSTHROUGH),
+    # bilinear makes values off the input grid: its own output fake quantization;
+    # check-march keeps it float on the CPU (no integer lowering yet), with that reason
+    OpEntry("resize", "hbir.resize2d", MOVE, ("F.interpolate",)),
     OpEntry(
         "cast",
         "hbir.cast",

@@ -376,6 +376,7 @@ MODULE_RULES: dict[type, Builder] = {
     nn.AdaptiveAvgPool2d: _unary_module(lambda m, x: _global_pool_op(x, m.output_size)),
     qat.Clamp: _unary_module(_clamp_op),
     qat.Abs: _unary_module(lambda m, x: hb.AbsOp(x)),
+    qat.Resize: lambda ex, node: _resize_module(ex, node),
     nn.ReLU: _float_unary(hb.ReluOp),
     nn.ReLU6: _unary_module(lambda m, x: hb.ClipOp(x, 0.0, 6.0)),
     nn.Hardtanh: _unary_module(lambda m, x: hb.ClipOp(x, m.min_val, m.max_val)),
@@ -613,6 +614,16 @@ def _interpolate(ex: Exporter, node: fx.Node):
     size = ex.recorded_shape(node)[2:]
     scales = None if scale is None else [float(s) for s in _pair_float(scale)]
     return ex.emit(hb.Resize2dOp(x, size, mode, bool(corners), scales))
+
+
+def _resize_module(ex: Exporter, node: fx.Node):
+    mod = _module(ex, node)
+    (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+    size = ex.recorded_shape(node)[2:]
+    scales = mod.scale_factor
+    scales = None if scales is None else [float(s) for s in _pair_float(scales)]
+    y = hb.Resize2dOp(x, size, mod.mode, bool(mod.align_corners), scales)
+    return _output(ex, mod, ex.emit(y))
 
 
 def _pair_float(v):

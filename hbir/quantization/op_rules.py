@@ -160,6 +160,24 @@ def _normalize(q, input, p=2.0, dim=1, eps=1e-12, out=None):
     return NormalizeDecomposition(dim, q.step), (input,)
 
 
+def _resize(
+    q,
+    input,
+    size=None,
+    scale_factor=None,
+    mode="nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias=False,
+):
+    _require(mode == "bilinear", f"mode={mode!r} (nearest and bilinear)")
+    _require(not antialias, "antialias=True")
+    _require(_rank(input) == 4, "inputs that are not N x C x H x W")
+    _require(not recompute_scale_factor, "recompute_scale_factor=True")
+    module = qat.Resize(q(), size, scale_factor, mode, align_corners)
+    return module, (input,)
+
+
 def _parameter(t):
     """A traced weight as a parameter of the QAT module (shared if it is one)."""
     if t is None or isinstance(t, nn.Parameter):
@@ -426,6 +444,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "neg": _neg,
     "group_norm": _group_norm,
     "normalize": _normalize,
+    "resize": _resize,
     "abs": _unary(qat.Abs),
 }
 

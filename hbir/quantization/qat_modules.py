@@ -447,6 +447,31 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d, QATModule):
         return self.activation_post_process(super().forward(x))
 
 
+class Resize(QATModule):
+    """``F.interpolate`` with a mode that makes values off the input grid
+    (bilinear), so it has its own output fake quant."""
+
+    op = "resize"
+
+    def __init__(
+        self, qconfig: QConfig, size, scale_factor, mode: str, align_corners
+    ) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.size, self.scale_factor = size, scale_factor
+        self.mode, self.align_corners = mode, align_corners
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        y = F.interpolate(
+            x, self.size, self.scale_factor, self.mode, self.align_corners
+        )
+        return self.activation_post_process(y)
+
+    def extra_repr(self) -> str:
+        return f"mode={self.mode!r}, align_corners={self.align_corners}"
+
+
 # ----------------------------------------------------------------- elementwise
 
 

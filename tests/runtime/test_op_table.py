@@ -17,7 +17,7 @@ from torch import nn
 import hbir
 from hbir.dialects import hbir as hb
 from hbir.dialects import qnt
-from hbir.passes.fixed_point import op_device
+from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
 from hbir.quantization import (
     DeQuantStub,
     FakeQuantState,
@@ -223,6 +223,9 @@ SAMPLES = {
     "Tensor.expand_as": (lambda m, x: x.expand_as(torch.empty(2, 3, 4)), (3, 1)),
     "F.pad": _x4(lambda m, x: F.pad(x, (1, 0, 2, 1))),
     "F.interpolate": _x4(lambda m, x: F.interpolate(x, scale_factor=2.0)),
+    "resize:F.interpolate": _x4(
+        lambda m, x: F.interpolate(x, size=(9, 4), mode="bilinear")
+    ),
     "torch.clone": _x4(lambda m, x: torch.clone(x)),
     "torch.detach": _x4(lambda m, x: torch.detach(x)),
     "Tensor.contiguous": _x4(lambda m, x: x.contiguous()),
@@ -288,8 +291,9 @@ class _Model(nn.Module):
         self.quant, self.dequant = QuantStub(), DeQuantStub()
         self.call = SAMPLES[spelling][0]
         make = MODULES.get(spelling)
-        if make is None and resolve(spelling)[0] == "module":
-            make = resolve(spelling)[1]
+        kind, target = resolve(spelling.split(":")[-1])
+        if make is None and kind == "module":
+            make = target
         self.op = make() if make is not None else nn.Identity()
 
     def forward(self, x):
@@ -297,7 +301,16 @@ class _Model(nn.Module):
 
 
 def _spellings(quantized):
-    return [s for e in op_table.OPS if e.quantized in quantized for s in e.torch]
+    """Test cases: each spelling, or ``op:spelling`` where another entry has it too
+    (``F.interpolate`` is nearest pass-through and bilinear ``resize``)."""
+    cases, seen = [], set()
+    for entry in op_table.OPS:
+        for spelling in entry.torch:
+            case = spelling if spelling not in seen else f"{entry.op}:{spelling}"
+            seen.add(spelling)
+            if entry.quantized in quantized:
+                cases.append(case)
+    return cases
 
 
 def test_every_spelling_has_a_sample():
@@ -332,7 +345,10 @@ def test_every_op_prepare_accepts_exports_and_converts(spelling, tmp_path):
         op.name
         for f in quantized.functions
         for op in f.op.walk()
-        if op is not f.op and op.name != "func.return" and op_device(op) == "cpu"
+        if op is not f.op
+        and op.name != "func.return"
+        and op_device(op) == "cpu"
+        and ATTR_CPU_REASON not in op.attributes  # check-march named why
     }
     undeclared = {
         name for name in left_float if op_table.LOWERING.get(name) != op_table.FLOAT
