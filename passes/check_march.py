@@ -34,8 +34,17 @@ from hbir.runtime import op_table
 _GEMMS = hbir.ops_lowered_as(op_table.GEMM)
 
 
+def _codes(value) -> fp.Codes | None:
+    """An operand's codes, also behind the float64 cast of consistency level 2
+    (sink-dequantize folds that cast before convert-gemm reads the codes)."""
+    owner = value.owner
+    if isinstance(owner, hbir.CastOp) and hbir.is_float(owner.input.type):
+        value = owner.input
+    return fp.codes_of(value)
+
+
 def _gemm_reason(op: Operation, march: March) -> str | None:
-    x, w = (fp.codes_of(v) for v in op.operands[:2])
+    x, w = (_codes(v) for v in op.operands[:2])
     if x is None or w is None:
         return None
     if x.bits == 16 and w.bits == 16 and not march.gemm_both_int16:
@@ -77,7 +86,7 @@ def reason(op: Operation, march: March) -> str | None:
         return None
     operands = op.operands[:2] if isinstance(op, _GEMMS) else op.operands
     for v in operands:
-        codes = fp.codes_of(v)
+        codes = _codes(v)
         if _int32_bias(op, codes):
             continue
         if codes is not None and codes.bits not in march.operand_bits:

@@ -28,6 +28,7 @@ float.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +45,7 @@ from xdsl.pattern_rewriter import (
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of, si
 from hbir.passes import fixed_point as fp
-from hbir.runtime import op_table
+from hbir.runtime import numerics, op_table
 
 # Fine-grid bits for average pooling: |x| * 2**F stays below 2**30.
 FINE_BITS = {8: 22, 16: 14}
@@ -66,6 +67,26 @@ def _reduction(op: Operation) -> tuple[list[int], bool, int] | None:
 _POOLS = hbir.ops_lowered_as(op_table.POOL)
 
 
+def _exact_mean_shift(ratio: float, divisor: int, bits: int) -> int | None:
+    """``k`` when a mean's rescale ``s_in / s_out`` is ``2**k`` (k >= 0) and its
+    count is not a power of two: then ``round(sum * 2**k / n)`` is one integer
+    division, exact for every tie, where a multiplier for ``2**k / n`` would be
+    truncated (``floor(2**32 / 3)``: 7803.5 rounds down). None otherwise."""
+    mantissa, exponent = math.frexp(ratio)
+    if mantissa != 0.5 or divisor & (divisor - 1) == 0:
+        return None
+    shift = exponent - 1
+    if shift < 0 or bits + shift + divisor.bit_length() > 31:
+        return None
+    return shift
+
+
+def _exact_mean(codes, dims, keepdim, out, shift: int, rounding: str):
+    """``sum(codes << shift) / n`` rounded half to even, in output codes."""
+    fine = qnt.RequantizeOp(codes, si(32), [1], [-shift], rounding=rounding)
+    return [fine, hbir.ReduceMeanOp(fine.output, dims, keepdim, out)]
+
+
 class LowerPool(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if not isinstance(op, _POOLS) or fp.is_cpu(op):
@@ -82,12 +103,19 @@ class LowerPool(RewritePattern):
         s_in = np.float64(codes.scales[0])
         if isinstance(op, hbir.AvgPool2dOp):
             new, acc, real = self._avg_pool(op, codes, s_in, rounding)
+            real = real * consumer.inv_scale
         else:
             dims, keepdim, divisor = _reduction(op)
             out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
-            total = hbir.ReduceSumOp(codes.codes, dims, keepdim, out)
-            new, acc, real = [total], total.output, s_in / divisor
-        real = np.array([real * consumer.inv_scale])
+            shift = _exact_mean_shift(s_in * consumer.inv_scale, divisor, codes.bits)
+            if shift is not None and rounding == numerics.HALF_EVEN:
+                new = _exact_mean(codes.codes, dims, keepdim, out, shift, rounding)
+                acc, real = new[-1].results[0], np.float64(1.0)
+            else:
+                total = hbir.ReduceSumOp(codes.codes, dims, keepdim, out)
+                new, acc = [total], total.output
+                real = s_in / divisor * consumer.inv_scale
+        real = np.array([real])
         tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op))
         fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
 

@@ -178,3 +178,84 @@ def test_level_0_keeps_clip_apart_with_the_same_numbers():
     assert "hbir.clip" not in fused.module.get_asm()
     x = np.random.default_rng(1).uniform(-1, 1, (2, 4)).astype(np.float32)
     assert np.array_equal(fused["forward"](x), unfused["forward"](x))
+
+
+# ----------------------------------------------------------------- level-2 bugs
+
+_MEAN_96 = """
+builtin.module attributes {{hbir.consistency_level = 2 : i64}} {{
+func.func @forward(%x: tensor<1x96xf32>) -> tensor<1xf32> {{
+  %a = qnt.const_fake_quant %x {{min = array<f64: -128.0>, max = array<f64: {hi}>, bits = 16 : i64}} : tensor<1x96xf32>
+  %m = hbir.reduce_mean %a {{dims = array<i64: 1>, keepdim = false}} : tensor<1x96xf32> -> tensor<1xf32>
+  %q = qnt.const_fake_quant %m {{min = array<f64: -128.0>, max = array<f64: {hi}>, bits = 16 : i64}} : tensor<1xf32>
+  func.return %q : tensor<1xf32>
+}}
+}}
+"""
+
+
+def _half_even(value: Fraction) -> int:
+    low = value.numerator // value.denominator
+    rest = value - low
+    return low + (rest > Fraction(1, 2) or (rest == Fraction(1, 2) and low % 2 == 1))
+
+
+def test_level_2_mean_over_96_rounds_an_exact_tie_to_even(tmp_path):
+    """A variance over 96 channels: 93642 / 96 = 7803.5 must round to 7804 (the
+    truncated multiplier floor(2**32 / 3) gave 7803)."""
+    scale = 2.0**-8
+    (tmp_path / "mean.mlir").write_text(_MEAN_96.format(hi=32767 * scale))
+    qat_bc = hbir.load(tmp_path / "mean.mlir")
+    quantized = hbir.convert(qat_bc, "nash-e")
+    tie = np.array([976] * 42 + [975] * 54, np.int64)
+    assert tie.sum() == 93642
+    rng = np.random.default_rng(0)
+    cases = [tie] + [rng.integers(-32768, 32768, 96) for _ in range(200)]
+    cases += [rng.integers(0, 4, 96) for _ in range(200)]  # small sums: many ties
+    for codes in cases:
+        x = (codes * scale).astype(np.float32)[None]
+        want = _half_even(Fraction(int(codes.sum()), 96)) * scale
+        got_bc, got_q = qat_bc["forward"](x), quantized["forward"](x)
+        assert got_bc[0] == want and got_q[0] == want, codes.sum()
+
+
+def test_level_2_check_march_sees_conv_operands_behind_the_float64_cast(tmp_path):
+    """At level 2 gemm operands are cast to f64 before the conv: a dilation beyond
+    the march must still send the conv to the CPU (DeepLabV3's ASPP)."""
+    import torch
+    from torch import nn
+
+    from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
+    from hbir.passes.march import get_march
+    from hbir.quantization import (
+        ConsistencyStrategy,
+        DeQuantStub,
+        FakeQuantState,
+        QuantStub,
+        prepare,
+        set_fake_quantize,
+    )
+
+    dilation = get_march("nash-e").max_dilation + 1
+    model = nn.Sequential(
+        QuantStub(),
+        nn.Conv2d(2, 2, 3, padding=dilation, dilation=dilation),
+        DeQuantStub(),
+    ).eval()
+    x = torch.randn(1, 2, 2 * dilation + 3, 2 * dilation + 3)
+    ConsistencyStrategy.set_consistency_level(2)
+    try:
+        qat = prepare(model, (x,), out_dir=tmp_path)
+    finally:
+        ConsistencyStrategy.set_consistency_level(None)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        qat(x)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    quantized = hbir.convert(export(qat, (x,)), "nash-e")
+    convs = [op for op in quantized["forward"].op.walk() if op.name == "hbir.conv2d"]
+    assert len(convs) == 1 and op_device(convs[0]) == "cpu"
+    assert "dilation" in convs[0].attributes[ATTR_CPU_REASON].data
+    np.testing.assert_array_equal(
+        quantized["forward"](x), export(qat, (x,))["forward"](x)
+    )
