@@ -1555,12 +1555,9 @@ class LutOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = MAP_FORMAT
 
-    SEGMENT_FIELDS: ClassVar = (
-        "function",
-        "kind",
-        "rounding",
-        "in_scale",
-        "out_scale",
+    # How each ``numerics.LutTable`` field is stored: ints, int arrays, f32 scales;
+    # ``function``, ``kind`` and ``rounding`` as their names.
+    _INT_FIELDS: ClassVar = (
         "in_bits",
         "out_bits",
         "num_tables",
@@ -1569,9 +1566,12 @@ class LutOp(IRDLOperation):
         "phase_shift",
         "phase_bits",
         "octave_step",
-        "starts",
-        "offsets",
-        "slopes",
+    )
+    _ARRAY_FIELDS: ClassVar = ("starts", "offsets", "slopes")
+    SEGMENT_FIELDS: ClassVar = (
+        ("function", "kind", "rounding", "in_scale", "out_scale")
+        + _INT_FIELDS
+        + _ARRAY_FIELDS
     )
 
     def __init__(
@@ -1592,20 +1592,6 @@ class LutOp(IRDLOperation):
             result_types=[with_shape(input, shape_of(input), element)],
             properties=properties,
         )
-
-    # How each ``numerics.LutTable`` field is stored: ints, int arrays, f32 scales;
-    # ``function``, ``kind`` and ``rounding`` as their names.
-    _INT_FIELDS: ClassVar = (
-        "in_bits",
-        "out_bits",
-        "num_tables",
-        "frac_bits",
-        "phase_mult",
-        "phase_shift",
-        "phase_bits",
-        "octave_step",
-    )
-    _ARRAY_FIELDS: ClassVar = ("starts", "offsets", "slopes")
 
     @classmethod
     def from_table(cls, codes: Value, table: numerics.LutTable) -> LutOp:

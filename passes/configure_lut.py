@@ -29,12 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, ModuleOp, NameLoc
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from hbir.dialects import hbir, qnt
 from hbir.errors import HbirError
+from hbir.passes import fixed_point as fp
 from hbir.runtime import numerics, op_table
 
 _MOVES = hbir.ops_lowered_as(op_table.MOVE)
@@ -70,16 +71,6 @@ def output_fake_quant(op: hbir.FloatUnaryOp) -> qnt.ConstFakeQuantOp | None:
     return next((u for u in users if isinstance(u, qnt.ConstFakeQuantOp)), None)
 
 
-def _where(op) -> str:
-    """``file:line:col`` of the op (inside a ``NameLoc`` too), else its location."""
-    loc = op.location
-    if isinstance(loc, NameLoc):
-        loc = loc.location
-    if isinstance(loc, FileLineColLoc):
-        return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
-    return str(op.location)
-
-
 def table_config(op: hbir.FloatUnaryOp) -> numerics.LutConfig | None:
     """The table the fake quantizations around ``op`` define, or None."""
     grids = _grid(input_fake_quant(op.input)), _grid(output_fake_quant(op))
@@ -89,7 +80,7 @@ def table_config(op: hbir.FloatUnaryOp) -> numerics.LutConfig | None:
     for side, bits in (("input", in_bits), ("output", out_bits)):
         if bits not in (8, 16):
             raise LutConfigError(
-                f"{_where(op)}: error: '{op.name}' op {side} grid has {bits} bits; "
+                f"{fp.where(op)}: error: '{op.name}' op {side} grid has {bits} bits; "
                 "lookup tables take 8 or 16"
             )
     return numerics.LutConfig(

@@ -27,8 +27,10 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     BytesAttr,
     DenseIntOrFPElementsAttr,
+    FileLineColLoc,
     IntegerAttr,
     ModuleOp,
+    NameLoc,
     StringAttr,
     TensorType,
 )
@@ -58,6 +60,17 @@ class Codes:
     @property
     def per_tensor(self) -> bool:
         return self.scales.size == 1
+
+
+def where(op: Operation) -> str:
+    """``file:line:col`` of an op (inside export's ``NameLoc`` too), for a pass's
+    error message; else its location as printed."""
+    loc = op.location
+    if isinstance(loc, NameLoc):
+        loc = loc.location
+    if isinstance(loc, FileLineColLoc):
+        return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+    return str(op.location)
 
 
 def codes_of(value: SSAValue) -> Codes | None:

@@ -37,6 +37,12 @@ from xdsl.pattern_rewriter import (
 
 from hbir.dialects import hbir
 from hbir.dialects.hbir import dense_array
+from hbir.errors import HbirError
+from hbir.passes import fixed_point as fp
+
+
+class FoldError(HbirError):
+    """An op on constants that cannot be evaluated (e.g. a hostile table)."""
 
 
 def _foldable(op: Operation) -> bool:
@@ -59,8 +65,14 @@ class FoldConstantOp(RewritePattern):
         if kernel is None:
             return
         inputs = [dense_array(v.owner.value) for v in op.operands]
+        try:
+            results = kernel(op, *inputs)
+        except (ValueError, ArithmeticError, IndexError) as e:  # a bad attribute
+            raise FoldError(
+                f"{fp.where(op)}: error: '{op.name}' op cannot be evaluated: {e}"
+            ) from None
         constants = []
-        for value, y in zip(op.results, kernel(op, *inputs), strict=True):
+        for value, y in zip(op.results, results, strict=True):
             data = BytesAttr(np.ascontiguousarray(y).tobytes())
             constant = hbir.ConstantOp(DenseIntOrFPElementsAttr(value.type, data))
             constant.location = op.location

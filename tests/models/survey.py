@@ -91,7 +91,9 @@ def _innermost_frame(error: BaseException) -> str:
     return f"{f.filename.split('site-packages/')[-1]}:{f.name}:{f.lineno}"
 
 
-def run_one(name: str, out: Path, qat_steps: int, progress: Path) -> dict:
+def run_one(
+    name: str, out: Path, qat_steps: int, progress: Path, level: int | None
+) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -102,7 +104,7 @@ def run_one(name: str, out: Path, qat_steps: int, progress: Path) -> dict:
     result = Result(name)
     row: dict = {"model": name, "input": f"1x3x{MODELS[name][1]}", "ok": False}
     try:
-        run_stages(name, out, result, qat_steps)
+        run_stages(name, out, result, qat_steps, level)
         row.update(ok=True)
     except BaseException as error:  # noqa: BLE001 - the survey records everything
         lines = [ln for ln in str(error).splitlines() if ln.strip()]
@@ -128,7 +130,9 @@ def run_one(name: str, out: Path, qat_steps: int, progress: Path) -> dict:
 # ----------------------------------------------------------------- the table (parent)
 
 
-def survey(names: list[str], out: Path, timeout: float, qat_steps: int) -> list[dict]:
+def survey(
+    names: list[str], out: Path, timeout: float, qat_steps: int, level: int | None
+) -> list[dict]:
     rows = []
     for name in names:
         model_out = out / name
@@ -144,7 +148,7 @@ def survey(names: list[str], out: Path, timeout: float, qat_steps: int) -> list[
             str(model_out),
             "--qat-steps",
             str(qat_steps),
-        ]
+        ] + ([] if level is None else ["--level", str(level)])
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -190,12 +194,13 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/hbir_timm_survey")
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--qat-steps", type=int, default=1)
+    ap.add_argument("--level", type=int, default=None, help="consistency level")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.one:
-        run_one(args.one, out, args.qat_steps, out / "row.json")
+        run_one(args.one, out, args.qat_steps, out / "row.json", args.level)
         return
     sys.path.insert(0, str(HERE))
     from timm_suite import MODELS
@@ -204,7 +209,7 @@ def main() -> None:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         ap.error(f"unknown models {unknown}; known: {list(MODELS)}")
-    rows = survey(names, out, args.timeout, args.qat_steps)
+    rows = survey(names, out, args.timeout, args.qat_steps, args.level)
     passed = sum(r.get("ok", False) for r in rows)
     print(f"\n{passed} of {len(rows)} models went through every stage")
 

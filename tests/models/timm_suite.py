@@ -28,6 +28,7 @@ from timm_import import import_timm  # noqa: E402
 import hbir  # noqa: E402
 from hbir.conversion import cpu_advice  # noqa: E402
 from hbir.quantization import (  # noqa: E402
+    ConsistencyStrategy,
     DeQuantStub,
     FakeQuantState,
     QuantStub,
@@ -107,9 +108,12 @@ class Result:
     float_vs_qat_max_abs: float = -1.0
 
 
-def run_stages(name: str, out_dir, result: Result, qat_steps: int = 1) -> Result:
-    """Take ``name`` through every stage, updating ``result`` as it goes (so a
-    caller that catches an exception knows the stage that raised)."""
+def run_stages(
+    name: str, out_dir, result: Result, qat_steps: int = 1, level: int | None = None
+) -> Result:
+    """Take ``name`` through every stage at consistency ``level`` (None: the
+    default), updating ``result`` as it goes (so a caller that catches an exception
+    knows the stage that raised)."""
     timm = import_timm()
     kwargs, size, _ = MODELS[name]
     torch.manual_seed(0)
@@ -128,7 +132,11 @@ def run_stages(name: str, out_dir, result: Result, qat_steps: int = 1) -> Result
         float_out = model(example)
 
     result.stage = "prepare"
-    qat = prepare(model, (example,), out_dir=out_dir)
+    ConsistencyStrategy.set_consistency_level(level)
+    try:
+        qat = prepare(model, (example,), out_dir=out_dir)
+    finally:
+        ConsistencyStrategy.set_consistency_level(None)
 
     result.stage = "calibration"
     qat.eval()

@@ -1,6 +1,7 @@
 // RUN: hbir-opt %s --split-input-file -p fold-constants,cleanup | filecheck %s
 // RUN: not hbir-opt %s -p 'fold-constants{limit=4}' 2>&1 | filecheck %s --check-prefix=BADOPT
 // RUN: not hbir-opt %S/Inputs/fold_constants_bad_reshape.mlir -p fold-constants 2>&1 | filecheck %s --check-prefix=INVALID
+// RUN: not hbir-opt %S/Inputs/fold_constants_bad_table.mlir -p fold-constants 2>&1 | filecheck %s --check-prefix=HOSTILE
 
 // Positive: gamma.reshape(1, -1, 1, 1) on a parameter becomes one constant of the
 // final shape (the values in their reshaped order); a transpose, a slice, a float
@@ -59,3 +60,8 @@ func.func @kept(%x: tensor<2x2xf32>) -> (tensor<4xf32>, tensor<2x2xf32>, tensor<
 // located, before the pass could fold it.
 // INVALID: fold_constants_bad_reshape.mlir:4:3: error: 'hbir.reshape' op cannot reshape (2,) (2 elements) into [3]
 // INVALID-NOT: Traceback
+
+// Invalid input that reaches the pass: a table on a constant whose fields fail
+// validation cannot be evaluated; the error names the op's location.
+// HOSTILE: model.py:9:5: error: 'hbir.lut' op cannot be evaluated: starts, offsets and slopes need 6 values each
+// HOSTILE-NOT: Traceback
