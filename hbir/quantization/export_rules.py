@@ -82,13 +82,16 @@ def _weight(ex: Exporter, mod: nn.Module):
     return ex.fake_quant(w, getattr(mod, "weight_fake_quant", None))
 
 
-def _bias(ex: Exporter, mod: nn.Module, exact: bool):
-    """The float bias, or in exact mode the float64 bias on the int32 grid s_in*s_w."""
+def _bias(ex: Exporter, mod: nn.Module, exact: bool, shape=None):
+    """The float bias, or in exact mode the float64 bias on the int32 grid s_in*s_w;
+    reshaped to ``shape`` (channels first) before its fake quantization, so the
+    reshape is of a constant, which ``fold-constants`` folds."""
     if mod.bias is None:
         return None
     if not exact:
-        return ex.constant(mod.bias)
+        return _reshaped(ex, ex.constant(mod.bias), shape or tuple(mod.bias.shape))
     b = ex.constant(mod.bias.detach().double())
+    b = _reshaped(ex, b, shape or tuple(mod.bias.shape))
     fq_in = mod.input_fake_quants()[0] if mod.input_fake_quants() else None
     fq_w = mod.weight_fake_quant
     if fq_in is None or not (
@@ -156,12 +159,12 @@ def _affine(ex: Exporter, node: fx.Node):
     (x,) = _inputs(ex, mod, [x])
     shape = tuple(torch.empty(mod.weight.shape).reshape(mod.view_shape).shape)
     w = _broadcast_weight(ex, mod, shape)
-    b = _bias(ex, mod, mod.exact)
+    b = _bias(ex, mod, mod.exact, shape)
     if mod.exact:
         x, w = ex.cast(x, torch.float64), ex.cast(w, torch.float64)
     y = ex.emit(hb.MulOp(x, w))
     if b is not None:
-        y = ex.emit(hb.AddOp(y, _reshaped(ex, b, shape)))
+        y = ex.emit(hb.AddOp(y, b))
     return _output(ex, mod, y, dtype)
 
 
