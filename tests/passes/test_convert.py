@@ -43,9 +43,11 @@ def _compare(name, tmp_path, level):
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)
-def test_zoo_default_level_within_one_lsb(name, tmp_path):
+def test_zoo_default_level_is_bit_identical(name, tmp_path):
+    # Pinned to what is measured on the zoo (docs/convert.md), not to the looser
+    # per-op contract: a regression shows as the first differing element.
     worst, identical = _compare(name, tmp_path, None)
-    assert worst <= 1 and identical >= 0.9999
+    assert worst == 0 and identical == 1.0
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)
