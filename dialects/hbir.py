@@ -1171,6 +1171,12 @@ class Resize2dOp(IRDLOperation):
     index ``dst / scale``), which differs from ``in / out`` when the scale is not
     exact; ``size`` must then be ``floor(in * scale)``.
 
+    With ``weight_bits`` (bilinear, quantized models) the interpolation weights are
+    the NPU's: integers in units of ``2**-weight_bits`` (``numerics.bilinear_taps``,
+    ``numerics.resize_bilinear``). On float values the result is then the exact
+    interpolated value; on integer codes it is the exact weighted sum in units of
+    ``2**-(2 * weight_bits)``, an si32 result that a requantization ends.
+
     ``%y = hbir.resize2d %x {size = array<i64: 16, 16>, mode = "bilinear",
     align_corners = false} : tensor<1x4x8x8xf32> -> tensor<1x4x16x16xf32>``
     """
@@ -1183,6 +1189,7 @@ class Resize2dOp(IRDLOperation):
     mode = prop_def(StringAttr, default_value=StringAttr("nearest"))
     align_corners = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
     scale = opt_prop_def(DenseArrayBase[Float64Type])
+    weight_bits = opt_prop_def(IntegerAttr[I64])
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
@@ -1197,11 +1204,13 @@ class Resize2dOp(IRDLOperation):
         mode: str = "nearest",
         align_corners: bool = False,
         scale: Sequence[float] | None = None,
+        weight_bits: int | None = None,
+        element_type: Attribute | None = None,
     ):
         shape = shapes.resize2d(shape_of(input), size)
         super().__init__(
             operands=[input],
-            result_types=[with_shape(input, shape)],
+            result_types=[with_shape(input, shape, element_type)],
             properties={
                 "size": ints(size),
                 "mode": StringAttr(mode),
@@ -1209,6 +1218,7 @@ class Resize2dOp(IRDLOperation):
                 "scale": None
                 if scale is None
                 else DenseArrayBase.from_list(f64, [float(s) for s in scale]),
+                "weight_bits": None if weight_bits is None else i64_attr(weight_bits),
             },
         )
 
@@ -1219,6 +1229,23 @@ class Resize2dOp(IRDLOperation):
             )
         if self.align_corners.value.data and self.mode.data == "nearest":
             raise VerifyException("align_corners applies only to bilinear mode")
+        if self.weight_bits is not None:
+            from hbir.runtime.numerics import BILINEAR_BITS
+
+            if self.mode.data != "bilinear":
+                raise VerifyException("weight_bits applies only to bilinear mode")
+            if self.weight_bits.value.data != BILINEAR_BITS:
+                raise VerifyException(
+                    f"weight_bits must be {BILINEAR_BITS}, "
+                    f"got {self.weight_bits.value.data}"
+                )
+            if not is_float(self.input.type):
+                if tensor_type(self.output).element_type != si(32):
+                    raise VerifyException("integer weighted sums are si32")
+                _expect_shape(
+                    self, shapes.resize2d, shape_of(self.input), _values(self.size)
+                )
+                return
         _same_element_types(self, self.input, self.output)
         _expect_shape(self, shapes.resize2d, shape_of(self.input), _values(self.size))
         if self.scale is not None:

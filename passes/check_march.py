@@ -94,7 +94,8 @@ def reason(op: Operation, march: March) -> str | None:
     if isinstance(op, _GEMMS):
         return _gemm_reason(op, march)
     if isinstance(op, hbir.Resize2dOp) and op.mode.data != "nearest":
-        return f"{op.mode.data} resize has no integer lowering yet"
+        if op.weight_bits is None:  # torch's float weights, not the NPU's
+            return f"{op.mode.data} resize with float weights has no integer form"
     return None
 
 

@@ -1,4 +1,5 @@
-"""convert-pool: average pool, global average pool, mean and sum to integer form.
+"""convert-pool: average pool, global average pool, mean, sum and NPU bilinear
+resize to integer form.
 
 global_avg_pool2d / reduce_mean / reduce_sum: an exact si32 sum of the codes
 (``hbir.reduce_sum``) and one requantization by ``s_in / (n * s_out)``: the
@@ -21,6 +22,10 @@ After (``%x`` dequantized from ``%xq`` at 0.5)::
         tensor<2xsi32>
     %q = qnt.requantize %0 {multiplier = array<i64: 1073741824>, shift =
         array<i64: 32>} : tensor<2xsi32> -> tensor<2xsi8>
+
+resize2d with the NPU's bilinear weights (``weight_bits``): the exact si32
+weighted sum of the codes (units of ``2**-(2 * weight_bits)``) and one
+requantization by ``s_in * 2**-(2 * weight_bits) / s_out``.
 
 Ops whose input is not dequantized codes or whose result is not quantized stay
 float.
@@ -89,7 +94,8 @@ def _exact_mean(codes, dims, keepdim, out, shift: int, rounding: str):
 
 class LowerPool(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, _POOLS) or fp.is_cpu(op):
+        npu_resize = isinstance(op, hbir.Resize2dOp) and op.weight_bits is not None
+        if not (isinstance(op, _POOLS) or npu_resize) or fp.is_cpu(op):
             return
         if not hbir.is_float(op.results[0].type):
             return
@@ -104,6 +110,19 @@ class LowerPool(RewritePattern):
         if isinstance(op, hbir.AvgPool2dOp):
             new, acc, real = self._avg_pool(op, codes, s_in, rounding)
             real = real * consumer.inv_scale
+        elif npu_resize:
+            out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
+            resize = hbir.Resize2dOp(
+                codes.codes,
+                op.size.get_values(),
+                "bilinear",
+                op.align_corners.value.data,
+                None if op.scale is None else op.scale.get_values(),
+                op.weight_bits.value.data,
+                si(32),
+            )
+            new, acc = [resize], resize.output
+            real = s_in * 2.0 ** (-2 * op.weight_bits.value.data) * consumer.inv_scale
         else:
             dims, keepdim, divisor = _reduction(op)
             out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))

@@ -385,6 +385,8 @@ def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     """
     mode = op.mode.data
     corners = bool(op.align_corners.value.data) if mode == "bilinear" else None
+    if op.weight_bits is not None:
+        return (_npu_bilinear(op, x, corners),)
     if op.scale is not None:
         how = {"scale_factor": tuple(op.scale.get_values())}
     else:
@@ -394,6 +396,20 @@ def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
         return (_float_out(op, y),)
     y = F.interpolate(_f64(x), mode=mode, align_corners=corners, **how).numpy()
     return (_int_out(op, np.rint(y).astype(np.int64)),)
+
+
+def _npu_bilinear(op: hbir.Resize2dOp, x: np.ndarray, corners: bool) -> np.ndarray:
+    """Bilinear with the NPU's integer weights (``numerics.resize_bilinear``)."""
+    scale = [None, None] if op.scale is None else list(op.scale.get_values())
+    (h, w), (oh, ow) = x.shape[2:], op.size.get_values()
+    taps = (
+        numerics.bilinear_taps(h, oh, corners, scale[0]),
+        numerics.bilinear_taps(w, ow, corners, scale[1]),
+    )
+    if _is_float(x):
+        y = numerics.resize_bilinear(x.astype(np.float64), *taps)
+        return y.astype(numpy_dtype(_element(op.output)))
+    return _int_out(op, numerics.resize_bilinear(x.astype(np.int64), *taps))
 
 
 # ------------------------------------------------------------------ data movement

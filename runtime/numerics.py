@@ -295,6 +295,59 @@ def _round_up(floor, twice_rem, den, mode: str):
     return floor + up
 
 
+# ----------------------------------------------------------------- bilinear resize
+
+# Interpolation weights are integers in units of 2**-BILINEAR_BITS: each output is
+# sum(wy * wx * q) in units of 2**-(2 * BILINEAR_BITS), exact in int32 for int16
+# codes, and exact in float64 for values q * s with a float32 scale s (the sum is
+# an integer below 2**29 times s * 2**-14: 53 bits), so the QAT forward, the
+# interpreter and the integer pipeline compute the same number.
+BILINEAR_BITS = 7
+
+
+def bilinear_taps(
+    in_size: int, out_size: int, align_corners: bool, scale: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low index, high index, high weight in 2**-BILINEAR_BITS) per output index.
+
+    The source coordinate is torch's (``F.interpolate(mode="bilinear")``):
+    ``(dst + 0.5) * s - 0.5`` clamped at 0, with ``s = 1 / scale`` when a scale
+    factor is given and ``in / out`` otherwise, or ``dst * (in - 1) / (out - 1)``
+    with ``align_corners``; the fraction is rounded half to even to the weight grid.
+    """
+    dst = np.arange(out_size, dtype=np.float64)
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        src = dst * ratio
+    else:
+        ratio = 1.0 / scale if scale is not None else in_size / out_size
+        src = np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
+    low = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
+    high = np.minimum(low + 1, in_size - 1)
+    one = 1 << BILINEAR_BITS
+    weight = round_float((src - low) * one).astype(np.int64).clip(0, one)
+    return low, high, weight
+
+
+def resize_bilinear(x: np.ndarray, taps_h: tuple, taps_w: tuple) -> np.ndarray:
+    """``sum(wy * wx * x)`` over the four neighbours, weights in 2**-BILINEAR_BITS:
+    int64 codes give the exact sum in units of 2**-(2 * BILINEAR_BITS); float64
+    values give the interpolated value itself."""
+    one = 1 << BILINEAR_BITS
+
+    def along(v: np.ndarray, taps: tuple, axis: int) -> np.ndarray:
+        low, high, weight = taps
+        shape = [1] * v.ndim
+        shape[axis] = -1
+        w = weight.reshape(shape)
+        lo, hi = np.take(v, low, axis=axis), np.take(v, high, axis=axis)
+        if np.issubdtype(v.dtype, np.integer):
+            return lo * (one - w) + hi * w
+        return (lo * (one - w) + hi * w) / one  # exact: a power of two
+
+    return along(along(x, taps_h, x.ndim - 2), taps_w, x.ndim - 1)
+
+
 # ----------------------------------------------------------------- colour (BT.601)
 #
 # Planes are integer arrays in [0, 255]; Cb/Cr (U/V) are stored offset by 128.

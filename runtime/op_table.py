@@ -273,8 +273,8 @@ OPS: tuple[OpEntry, ...] = (
     # are prepared as unsupported
     OpEntry("pad", "hbir.pad", MOVE, ("F.pad",), PASSTHROUGH),
     OpEntry("interpolate", "hbir.resize2d", MOVE, ("F.interpolate",), PASSTHROUGH),
-    # bilinear makes values off the input grid: its own output fake quantization;
-    # check-march keeps it float on the CPU (no integer lowering yet), with that reason
+    # bilinear makes values off the input grid: its own output fake quantization,
+    # the NPU's integer weights (``weight_bits``), lowered by convert-pool
     OpEntry("resize", "hbir.resize2d", MOVE, ("F.interpolate",)),
     OpEntry(
         "cast",

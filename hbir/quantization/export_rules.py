@@ -620,13 +620,22 @@ def _interpolate(ex: Exporter, node: fx.Node):
 
 
 def _resize_module(ex: Exporter, node: fx.Node):
+    """Bilinear with the NPU's weights, in float64 as the module computes it."""
     mod = _module(ex, node)
     (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+    dtype = ex.dtype(x)
+    (x,) = _exact_values(ex, mod, [x])
     size = ex.recorded_shape(node)[2:]
-    scales = mod.scale_factor
-    scales = None if scales is None else [float(s) for s in _pair_float(scales)]
-    y = hb.Resize2dOp(x, size, mod.mode, bool(mod.align_corners), scales)
-    return _output(ex, mod, ex.emit(y))
+    scales = None if mod.scale_factor is None else list(mod.scales())
+    y = hb.Resize2dOp(
+        x,
+        size,
+        mod.mode,
+        bool(mod.align_corners),
+        scales,
+        weight_bits=numerics.BILINEAR_BITS,
+    )
+    return _output(ex, mod, ex.emit(y), dtype)
 
 
 def _pair_float(v):

@@ -25,6 +25,7 @@ rounds once, from the exact accumulator).
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -448,8 +449,10 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d, QATModule):
 
 
 class Resize(QATModule):
-    """``F.interpolate`` with a mode that makes values off the input grid
-    (bilinear), so it has its own output fake quant."""
+    """Bilinear ``F.interpolate``: values off the input grid, so its own output
+    fake quant. It interpolates the input's exact values ``q * s`` with the NPU's
+    integer weights (``numerics.bilinear_taps``, in units of 2**-7) in float64,
+    where the result is exact, so deployment computes the same number."""
 
     op = "resize"
 
@@ -461,15 +464,45 @@ class Resize(QATModule):
         self.size, self.scale_factor = size, scale_factor
         self.mode, self.align_corners = mode, align_corners
 
+    def output_size(self, x: torch.Tensor) -> tuple[int, int]:
+        if self.size is not None:
+            size = self.size
+            return (size, size) if isinstance(size, int) else tuple(size)
+        h, w = x.shape[2:]
+        sh, sw = self.scales()
+        return math.floor(h * sh), math.floor(w * sw)
+
+    def scales(self) -> tuple[float | None, float | None]:
+        s = self.scale_factor
+        if s is None:
+            return None, None
+        return (float(s), float(s)) if isinstance(s, int | float) else tuple(s)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
-        y = F.interpolate(
-            x, self.size, self.scale_factor, self.mode, self.align_corners
-        )
-        return self.activation_post_process(y)
+        # q * s exactly (float32 holds it rounded), so the sums below are exact
+        dtype, (y,) = x.dtype, _exact_values([x], self.input_fake_quants())
+        corners = bool(self.align_corners)
+        for dim, out, scale in zip(
+            (2, 3), self.output_size(x), self.scales(), strict=True
+        ):
+            taps = numerics.bilinear_taps(x.shape[dim], out, corners, scale)
+            y = _interpolate_along(y, dim, taps)
+        return self._output(y, dtype)
 
     def extra_repr(self) -> str:
         return f"mode={self.mode!r}, align_corners={self.align_corners}"
+
+
+def _interpolate_along(y: torch.Tensor, dim: int, taps) -> torch.Tensor:
+    """``numerics.resize_bilinear`` along one dim, in torch (for gradients)."""
+    low, high, weight = (torch.from_numpy(t) for t in taps)
+    one = 1 << numerics.BILINEAR_BITS
+    shape = [1] * y.dim()
+    shape[dim] = -1
+    w = weight.to(y.dtype).reshape(shape)
+    lo, hi = y.index_select(dim, low), y.index_select(dim, high)
+    return (lo * (one - w) + hi * w) / one
 
 
 # ----------------------------------------------------------------- elementwise

@@ -261,3 +261,66 @@ def test_level_2_check_march_sees_conv_operands_behind_the_float64_cast(tmp_path
     np.testing.assert_array_equal(
         quantized["forward"](x), export(qat, (x,))["forward"](x)
     )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"scale_factor": 2.0},
+        {"size": (9, 4)},
+        {"size": (7, 11), "align_corners": True},
+        {"scale_factor": (1.5, 0.5)},
+    ],
+    ids=["x2", "size", "corners", "odd-scales"],
+)
+@pytest.mark.parametrize("dtype", ["qint8", "qint16"])
+def test_bilinear_resize_runs_on_the_npu_bit_identically(call, dtype, tmp_path):
+    """Bilinear F.interpolate: integer weights on the NPU, the same weights in the
+    QAT forward; quantized.bc == qat.bc == qat.export.pt bit for bit."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from hbir.conversion import cpu_advice
+    from hbir.quantization import (
+        DeQuantStub,
+        FakeQuantState,
+        QConfig,
+        QuantStub,
+        get_qconfig,
+        pre_export,
+        prepare,
+        qint8,
+        qint16,
+        set_fake_quantize,
+    )
+
+    class Up(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+
+        def forward(self, x):
+            return self.dequant(F.interpolate(self.quant(x), mode="bilinear", **call))
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 6, 8) for _ in range(4)]
+    qconfig = get_qconfig(out_dtype=qint16 if dtype == "qint16" else qint8)
+    assert isinstance(qconfig, QConfig)
+    qat = prepare(Up().eval(), (inputs[0],), qconfig, out_dir=tmp_path)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for x in inputs:
+            qat(x)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat_bc = export(qat, (inputs[0],))
+    quantized = hbir.convert(qat_bc, "nash-e")
+    assert cpu_advice(quantized) == []
+    names = [op.name for op in quantized["forward"].op.walk()]
+    assert "hbir.resize2d" in names and "qnt.requantize" in names
+    exported_pt = pre_export(qat)
+    for x in inputs:
+        with torch.no_grad():
+            want = exported_pt(x).numpy()
+        assert qat_bc["forward"](x).tobytes() == want.tobytes()
+        np.testing.assert_array_equal(quantized["forward"](x), want)

@@ -398,3 +398,21 @@ def test_bias_scale_is_the_float32_product_torch_computes():
     assert np.array_equal(got, torch_product)
     assert np.array_equal(got, rounded_once)
     assert numerics.bias_scale(0.5, [0.25]).tolist() == [0.125]
+
+
+def test_bilinear_taps_match_torch_where_its_weights_are_dyadic():
+    """Scale 2 (weights 1/4, 3/4): the NPU's integer weights are torch's exactly;
+    an integer resize of codes equals 2**14 times the float one."""
+    import torch
+    import torch.nn.functional as F
+
+    q = np.random.default_rng(0).integers(-128, 128, (1, 2, 5, 7))
+    x = torch.from_numpy(q.astype(np.float64))
+    want = F.interpolate(x, scale_factor=2.0, mode="bilinear").numpy()
+    taps = [numerics.bilinear_taps(n, 2 * n, False, 2.0) for n in (5, 7)]
+    got = numerics.resize_bilinear(q.astype(np.float64), *taps)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    acc = numerics.resize_bilinear(q.astype(np.int64), *taps)
+    np.testing.assert_array_equal(acc, got * 2 ** (2 * numerics.BILINEAR_BITS))
+    low, high, weight = numerics.bilinear_taps(5, 10, False, 2.0)
+    assert list(weight[:4]) == [0, 32, 96, 32] and low[-1] == high[-1] == 4

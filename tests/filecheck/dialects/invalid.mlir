@@ -114,6 +114,14 @@ func.func @f(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
 
 // -----
 
+func.func @f(%x: tensor<1x1x2x2xsi8>) -> tensor<1x1x4x4xsi8> {
+  %y = hbir.resize2d %x {size = array<i64: 4, 4>, mode = "bilinear", weight_bits = 7 : i64} : tensor<1x1x2x2xsi8> -> tensor<1x1x4x4xsi8>
+  func.return %y : tensor<1x1x4x4xsi8>
+}
+// CHECK: error: 'hbir.resize2d' op integer weighted sums are si32
+
+// -----
+
 func.func @f(%x: tensor<4xsi8>) -> tensor<4xsi8> {
   %y = hbir.lut %x {table = dense<0> : tensor<128xsi8>} : tensor<4xsi8> -> tensor<4xsi8>
   func.return %y : tensor<4xsi8>

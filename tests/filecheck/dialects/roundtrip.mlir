@@ -16,6 +16,7 @@
 // CHECK-NEXT: %ap = hbir.avg_pool2d %conv {kernel = array<i64: 3, 3>, stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, count_include_pad = false} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xf32>
 // CHECK-NEXT: %gp = hbir.global_avg_pool2d %ap : tensor<1x4x8x8xf32> -> tensor<1x4x1x1xf32>
 // CHECK-NEXT: %rs = hbir.resize2d %mp {size = array<i64: 8, 8>, mode = "bilinear", align_corners = true} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
+// CHECK-NEXT: %rn = hbir.resize2d %mp {size = array<i64: 8, 8>, mode = "bilinear", weight_bits = 7 : i64} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
 // CHECK-NEXT: %neg = hbir.neg %v : tensor<2x8xf32>
 // CHECK-NEXT: %abs = hbir.abs %neg : tensor<2x8xf32>
 // CHECK-NEXT: %relu = hbir.relu %abs : tensor<2x8xf32>
@@ -68,6 +69,7 @@ func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8
   %ap = hbir.avg_pool2d %conv {kernel = array<i64: 3, 3>, stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, count_include_pad = false} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xf32>
   %gp = hbir.global_avg_pool2d %ap : tensor<1x4x8x8xf32> -> tensor<1x4x1x1xf32>
   %rs = hbir.resize2d %mp {size = array<i64: 8, 8>, mode = "bilinear", align_corners = true} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
+  %rn = hbir.resize2d %mp {size = array<i64: 8, 8>, mode = "bilinear", weight_bits = 7 : i64} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
   %neg = hbir.neg %v : tensor<2x8xf32>
   %abs = hbir.abs %neg : tensor<2x8xf32>
   %relu = hbir.relu %abs : tensor<2x8xf32>
