@@ -741,13 +741,27 @@ class ReduceSumOp(ReduceOp):
 
 @irdl_op_definition
 class ReduceMeanOp(ReduceOp):
-    """Mean over ``dims`` (integers: exact sum, one half-to-even division).
+    """Mean over ``dims`` (integers: exact sum, one division rounded by
+    ``rounding``, half to even unless it says ``"half_up"``).
 
     ``%y = hbir.reduce_mean %x {dims = array<i64: -1>, keepdim = true} :
     tensor<2x8xf32> -> tensor<2x1xf32>``
     """
 
     name = "hbir.reduce_mean"
+
+    rounding = opt_prop_def(StringAttr)
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.rounding is not None:
+            from hbir.runtime.numerics import ROUNDING_MODES
+
+            if self.rounding.data not in ROUNDING_MODES:
+                raise VerifyException(
+                    f"rounding must be one of {ROUNDING_MODES}, "
+                    f"got {self.rounding.data!r}"
+                )
 
 
 @irdl_op_definition

@@ -36,9 +36,7 @@ from xdsl.passes import ModulePass
 from hbir.dialects import hbir, qnt
 from hbir.errors import HbirError
 from hbir.passes import fixed_point as fp
-from hbir.runtime import numerics, op_table
-
-_MOVES = hbir.ops_lowered_as(op_table.MOVE)
+from hbir.runtime import numerics
 
 
 class LutConfigError(HbirError):
@@ -61,7 +59,7 @@ def _grid(fq: qnt.ConstFakeQuantOp | None) -> tuple[float, int] | None:
 def input_fake_quant(value: SSAValue) -> qnt.ConstFakeQuantOp | None:
     """The fake quantization that defines ``value``'s grid, through value moves."""
     owner = value.owner
-    while isinstance(owner, _MOVES) and owner.operands:
+    while fp.keeps_grid(owner) and owner.operands:
         owner = owner.operands[0].owner
     return owner if isinstance(owner, qnt.ConstFakeQuantOp) else None
 

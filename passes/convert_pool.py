@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -50,7 +50,7 @@ from xdsl.pattern_rewriter import (
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of, si
 from hbir.passes import fixed_point as fp
-from hbir.runtime import numerics, op_table
+from hbir.runtime import op_table
 
 # Fine-grid bits for average pooling: |x| * 2**F stays below 2**30.
 FINE_BITS = {8: 22, 16: 14}
@@ -87,9 +87,11 @@ def _exact_mean_shift(ratio: float, divisor: int, bits: int) -> int | None:
 
 
 def _exact_mean(codes, dims, keepdim, out, shift: int, rounding: str):
-    """``sum(codes << shift) / n`` rounded half to even, in output codes."""
+    """``sum(codes << shift) / n`` with the model's rounding, in output codes."""
     fine = qnt.RequantizeOp(codes, si(32), [1], [-shift], rounding=rounding)
-    return [fine, hbir.ReduceMeanOp(fine.output, dims, keepdim, out)]
+    mean = hbir.ReduceMeanOp(fine.output, dims, keepdim, out)
+    mean.rounding = StringAttr(rounding)
+    return [fine, mean]
 
 
 class LowerPool(RewritePattern):
@@ -127,7 +129,7 @@ class LowerPool(RewritePattern):
             dims, keepdim, divisor = _reduction(op)
             out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
             shift = _exact_mean_shift(s_in * consumer.inv_scale, divisor, codes.bits)
-            if shift is not None and rounding == numerics.HALF_EVEN:
+            if shift is not None:
                 new = _exact_mean(codes.codes, dims, keepdim, out, shift, rounding)
                 acc, real = new[-1].results[0], np.float64(1.0)
             else:

@@ -40,7 +40,7 @@ from xdsl.rewriter import InsertPoint
 
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import si, tensor_type
-from hbir.runtime import numerics
+from hbir.runtime import numerics, op_table
 
 ATTR_DEVICE = "hbir.device"
 ATTR_CPU_REASON = "hbir.cpu_reason"
@@ -62,6 +62,9 @@ class Codes:
         return self.scales.size == 1
 
 
+_MOVES = hbir.ops_lowered_as(op_table.MOVE)
+
+
 def where(op: Operation) -> str:
     """``file:line:col`` of an op (inside export's ``NameLoc`` too), for a pass's
     error message; else its location as printed."""
@@ -71,6 +74,17 @@ def where(op: Operation) -> str:
     if isinstance(loc, FileLineColLoc):
         return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
     return str(op.location)
+
+
+def keeps_grid(op: Operation) -> bool:
+    """An op that only moves or selects values (the op table's ``move`` family),
+    so its result holds values of its input's grid: not a pad with a nonzero value,
+    not a bilinear resize."""
+    if not isinstance(op, _MOVES):
+        return False
+    if isinstance(op, hbir.PadOp) and op.value.value.data != 0.0:
+        return False
+    return not (isinstance(op, hbir.Resize2dOp) and op.mode.data != "nearest")
 
 
 def codes_of(value: SSAValue) -> Codes | None:

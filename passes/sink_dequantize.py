@@ -77,11 +77,7 @@ _MOVERS = {
 
 
 def _movable(op: Operation, codes: fp.Codes) -> bool:
-    if fp.is_cpu(op):
-        return False
-    if isinstance(op, hbir.PadOp) and op.value.value.data != 0.0:
-        return False
-    if isinstance(op, hbir.Resize2dOp) and op.mode.data != "nearest":
+    if fp.is_cpu(op) or not fp.keeps_grid(op):
         return False
     if codes.per_tensor:
         return True

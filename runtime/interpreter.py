@@ -234,7 +234,8 @@ def _reduce_mean(op: hbir.ReduceMeanOp, x: np.ndarray) -> tuple[np.ndarray, ...]
         return (_float_out(op, torch.mean(_t(x), dims, keepdim)),)
     total = np.sum(x, axis=dims, dtype=np.int64, keepdims=keepdim)
     count = int(np.prod([x.shape[d] for d in dims]))
-    return (_int_out(op, numerics.divide_round(total, count, numerics.HALF_EVEN)),)
+    mode = numerics.HALF_EVEN if op.rounding is None else op.rounding.data
+    return (_int_out(op, numerics.divide_round(total, count, mode)),)
 
 
 def _reduce_max(op: hbir.ReduceMaxOp, x: np.ndarray) -> tuple[np.ndarray, ...]:

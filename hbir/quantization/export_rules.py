@@ -430,14 +430,16 @@ def _permutation(node: fx.Node, rank: int) -> list[int]:
         dims = node.kwargs.get("dims", dims)
         return [d % rank for d in dims]
     if target in ("transpose", "swapaxes"):
-        d0, d1 = (a % rank for a in args[:2])
+        names = ("dim0", "dim1") if target == "transpose" else ("axis0", "axis1")
+        d0, d1 = (_arg(node, i + 1, n) % rank for i, n in enumerate(names))
         perm = list(range(rank))
         perm[d0], perm[d1] = perm[d1], perm[d0]
         return perm
     if target == "t":
         return list(range(rank))[::-1]
     if target == "movedim":
-        return _moved_dims(rank, *args[:2])
+        source, destination = _arg(node, 1, "source"), _arg(node, 2, "destination")
+        return _moved_dims(rank, source, destination)
     raise Unsupported(f"permutation of {target}")
 
 
@@ -527,7 +529,9 @@ def _split(ex: Exporter, node: fx.Node):
 
 def _narrow(ex: Exporter, node: fx.Node):
     x = ex.tensor(node.args[0])
-    dim, start, length = node.args[1:4]
+    dim, start, length = (
+        _arg(node, i, n) for i, n in ((1, "dim"), (2, "start"), (3, "length"))
+    )
     shape = hb.shape_of(x)
     dim %= len(shape)
     start %= shape[dim]

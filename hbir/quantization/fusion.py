@@ -85,7 +85,11 @@ def _batch_norm_of(node: fx.Node, gm: fx.GraphModule, modules):
         return None
     bn = nn.BatchNorm2d(tensors["running_mean"].numel(), eps=args.get("eps", 1e-5))
     bn.running_mean, bn.running_var = tensors["running_mean"], tensors["running_var"]
-    bn.weight, bn.bias = tensors["weight"], tensors["bias"]
+    for name in ("weight", "bias"):  # buffers in a frozen batch norm
+        t = tensors[name]
+        if t is not None and not isinstance(t, nn.Parameter):
+            t = nn.Parameter(t.detach(), requires_grad=False)
+        setattr(bn, name, t)
     return bn.eval()
 
 

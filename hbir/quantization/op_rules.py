@@ -52,7 +52,11 @@ def _require(condition: bool, message: str) -> None:
 
 
 def _is_tensor_arg(x: Any) -> bool:
-    return isinstance(x, fx.Node)
+    """A graph value that is a tensor (sizes computed in the graph are not)."""
+    if not isinstance(x, fx.Node):
+        return False
+    value = x.meta.get("hbir_value")
+    return value is None or value.is_tensor
 
 
 # ----------------------------------------------------------------- module builders
@@ -140,6 +144,7 @@ def _module_multihead_attention(
 ):
     _require(key_padding_mask is None and attn_mask is None, "attention masks")
     _require(not is_causal, "is_causal=True")
+    _require(_rank(query) == 3, "unbatched (2-D) inputs")
     _require(mod.bias_k is None and mod.bias_v is None, "add_bias_kv=True")
     _require(not mod.add_zero_attn, "add_zero_attn=True")
     return MultiheadAttentionDecomposition(mod, q.step), (query, key, value)
@@ -174,8 +179,16 @@ def _resize(
     _require(not antialias, "antialias=True")
     _require(_rank(input) == 4, "inputs that are not N x C x H x W")
     _require(not recompute_scale_factor, "recompute_scale_factor=True")
+    if _has_node(size):  # computed in the graph: an argument of each call
+        return qat.Resize(q(), None, None, mode, align_corners), (input, size)
     module = qat.Resize(q(), size, scale_factor, mode, align_corners)
     return module, (input,)
+
+
+def _has_node(value) -> bool:
+    if isinstance(value, list | tuple):
+        return any(_has_node(v) for v in value)
+    return isinstance(value, fx.Node)
 
 
 def _parameter(t):
@@ -224,7 +237,8 @@ def _f_batch_norm(
     bn = nn.BatchNorm1d(1)  # a holder for the statistics from_batch_norm reads
     bn.running_mean, bn.running_var = q.constant(running_mean), q.constant(running_var)
     _require(bn.running_var is not None, "batch norm without running statistics")
-    bn.weight, bn.bias, bn.eps = q.constant(weight), q.constant(bias), eps
+    bn.weight, bn.bias = _parameter(q.constant(weight)), _parameter(q.constant(bias))
+    bn.eps = eps
     return qat.QuantAffine.from_batch_norm(bn, q(), _rank(input)), (input,)
 
 
@@ -240,6 +254,7 @@ def _attention(
     enable_gqa=False,
 ):
     _require(attn_mask is None, "an attention mask")
+    _require(not dropout_p, f"dropout_p={dropout_p} (dropout in the traced forward)")
     _require(not is_causal, "is_causal=True")
     _require(not enable_gqa, "enable_gqa=True")
     if scale is None:
@@ -263,6 +278,11 @@ def _binary(cls):
 def _div(q, input, other, *, rounding_mode=None, out=None):
     _require(rounding_mode is None, f"rounding_mode={rounding_mode!r}")
     if not _is_tensor_arg(other):
+        _require(
+            not isinstance(other, fx.Node),
+            "division by a number computed from sizes (make it a Python number, "
+            "e.g. a module attribute)",
+        )
         return qat.QuantMul(q()), (input, 1.0 / other)
     return DivDecomposition(q.step), (input, other)
 
@@ -490,10 +510,24 @@ def module_rule(module: nn.Module) -> OpRule | None:
     overrides it is traced into instead.
     """
     cls = type(module)
-    for base in cls.__mro__:
+    for index, base in enumerate(cls.__mro__):
         if base in MODULE_RULES:
-            return MODULE_RULES[base] if cls.forward is base.forward else None
+            between = cls.__mro__[:index]
+            return None if any(map(_overrides, between)) else MODULE_RULES[base]
     return None
+
+
+# Methods a subclass may define and still compute what its base computes.
+_HARMLESS = frozenset({"__init__", "extra_repr", "__repr__", "reset_parameters"})
+
+
+def _overrides(cls: type) -> bool:
+    """``cls`` defines a method that may change the computation (``forward``, or a
+    helper it calls such as ``_conv_forward``)."""
+    return any(
+        callable(v) and k not in _HARMLESS and not k.startswith("__") or k == "forward"
+        for k, v in vars(cls).items()
+    )
 
 
 def _builder(entry: op_table.OpEntry, spelling: str, kind: str) -> Callable:

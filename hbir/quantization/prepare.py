@@ -20,6 +20,7 @@ its own output scale; weight modules stay shared and are reported.
 from __future__ import annotations
 
 import copy
+import operator
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -71,6 +72,10 @@ def prepare(
     """
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
+    # The model runs on them while tracing: in-place ops must not touch the user's.
+    example_inputs = tuple(
+        x.clone() if isinstance(x, torch.Tensor) else x for x in example_inputs
+    )
     setter = as_setter(qconfig)
     level = ConsistencyStrategy.get_consistency_level()
     gm = trace(copy.deepcopy(model), example_inputs)
@@ -348,6 +353,11 @@ class _GraphBuilder:
             out = self._inline(name, built, call_args, node)
             if isinstance(out, tuple):  # (output, None): nn.MultiheadAttention
                 self.env[node] = out
+                for user in node.users:  # code that reads the None
+                    none = user.target is operator.getitem and out[user.args[1]] is None
+                    if none and user.users:
+                        why = f"{built.op} does not compute output {user.args[1]}"
+                        self._unsupported(user, why + " (the attention weights)")
                 return
         else:
             out = self._emit(name, built, call_args, node)

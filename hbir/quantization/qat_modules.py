@@ -464,9 +464,9 @@ class Resize(QATModule):
         self.size, self.scale_factor = size, scale_factor
         self.mode, self.align_corners = mode, align_corners
 
-    def output_size(self, x: torch.Tensor) -> tuple[int, int]:
-        if self.size is not None:
-            size = self.size
+    def output_size(self, x: torch.Tensor, size=None) -> tuple[int, int]:
+        size = self.size if size is None else size
+        if size is not None:
             return (size, size) if isinstance(size, int) else tuple(size)
         h, w = x.shape[2:]
         sh, sw = self.scales()
@@ -478,13 +478,14 @@ class Resize(QATModule):
             return None, None
         return (float(s), float(s)) if isinstance(s, int | float) else tuple(s)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, size=None) -> torch.Tensor:
+        """``size``: an output size computed in the graph (``skip.shape[2:]``)."""
         (x,) = self._quant_inputs(x)
         # q * s exactly (float32 holds it rounded), so the sums below are exact
         dtype, (y,) = x.dtype, _exact_values([x], self.input_fake_quants())
         corners = bool(self.align_corners)
         for dim, out, scale in zip(
-            (2, 3), self.output_size(x), self.scales(), strict=True
+            (2, 3), self.output_size(x, size), self.scales(), strict=True
         ):
             taps = numerics.bilinear_taps(x.shape[dim], out, corners, scale)
             y = _interpolate_along(y, dim, taps)

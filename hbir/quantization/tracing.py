@@ -55,6 +55,9 @@ class HbirTracer(fx.Tracer):
 # training differs from the example's), but their values are known while tracing.
 _FIXED_ATTRIBUTES = frozenset({"ndim", "dtype", "device", "is_cuda"})
 _FIXED_METHODS = frozenset({"dim", "is_floating_point", "is_contiguous"})
+# Methods that read tensor data into Python: the value would be frozen at the
+# example's.
+_DATA_METHODS = frozenset({"item", "tolist", "numpy"})
 
 
 class _ConcreteProxy(fx.Proxy):
@@ -94,10 +97,21 @@ class _ConcreteProxy(fx.Proxy):
         return float(self._size_value())
 
     def __len__(self) -> int:
-        return len(_real(self))
+        return len(self._not_tensor("len(x)"))
 
     def __iter__(self):
-        return iter([self[i] for i in range(len(_real(self)))])
+        return iter([self[i] for i in range(len(self._not_tensor("iterating x")))])
+
+    def _not_tensor(self, what: str):
+        """A tuple of sizes or outputs; a tensor's first dim is its batch size,
+        which training changes, so ``len``/iteration over a tensor is refused."""
+        value = _real(self)
+        if isinstance(value, torch.Tensor):
+            raise fx.proxy.TraceError(
+                f"{what} on a tensor reads its batch size, which differs between "
+                "calls: use x.shape[0] or x.unbind(0)"
+            )
+        return value
 
 
 def _real(value):
@@ -113,6 +127,9 @@ def _real(value):
     if isinstance(value, slice):
         return slice(_real(value.start), _real(value.stop), _real(value.step))
     return value
+
+
+_MISSING = object()
 
 
 class ConcreteTracer(HbirTracer):
@@ -143,6 +160,11 @@ class ConcreteTracer(HbirTracer):
         return _ConcreteProxy(node, self)
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
+        if kind == "call_method" and target in _DATA_METHODS:
+            raise fx.proxy.TraceError(
+                f"Tensor.{target}() reads tensor values into Python, which differ "
+                "between inputs (data-dependent)"
+            )
         real_args, real_kwargs = _real(args), _real(kwargs)
         if kind == "call_method" and target in _FIXED_METHODS:
             return getattr(real_args[0], target)(*real_args[1:], **real_kwargs)
@@ -157,7 +179,12 @@ class ConcreteTracer(HbirTracer):
 
     def _value(self, kind, target, args, kwargs):
         if kind == "placeholder":
-            return next(self._inputs)
+            value = next(self._inputs, _MISSING)
+            if value is _MISSING:
+                if not args:  # no default either
+                    raise fx.proxy.TraceError(f"no example input for '{target}'")
+                return args[0]  # a parameter with a default
+            return value
         if kind == "get_attr":
             value = self.root
             for part in target.split("."):

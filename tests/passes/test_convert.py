@@ -185,7 +185,7 @@ def test_level_0_keeps_clip_apart_with_the_same_numbers():
 # ----------------------------------------------------------------- level-2 bugs
 
 _MEAN_96 = """
-builtin.module attributes {{hbir.consistency_level = 2 : i64}} {{
+builtin.module attributes {{hbir.consistency_level = 2 : i64, hbir.legacy_round = {legacy}}} {{
 func.func @forward(%x: tensor<1x96xf32>) -> tensor<1xf32> {{
   %a = qnt.const_fake_quant %x {{min = array<f64: -128.0>, max = array<f64: {hi}>, bits = 16 : i64}} : tensor<1x96xf32>
   %m = hbir.reduce_mean %a {{dims = array<i64: 1>, keepdim = false}} : tensor<1x96xf32> -> tensor<1xf32>
@@ -196,17 +196,21 @@ func.func @forward(%x: tensor<1x96xf32>) -> tensor<1xf32> {{
 """
 
 
-def _half_even(value: Fraction) -> int:
+def _rounded(value: Fraction, legacy: bool) -> int:
+    """Half to even, or half up (``floor(v + 1/2)``) for legacy_round models."""
     low = value.numerator // value.denominator
     rest = value - low
-    return low + (rest > Fraction(1, 2) or (rest == Fraction(1, 2) and low % 2 == 1))
+    tie_up = legacy or low % 2 == 1
+    return low + (rest > Fraction(1, 2) or (rest == Fraction(1, 2) and tie_up))
 
 
-def test_level_2_mean_over_96_rounds_an_exact_tie_to_even(tmp_path):
+@pytest.mark.parametrize("legacy", [False, True], ids=["half_even", "legacy_round"])
+def test_level_2_mean_over_96_rounds_an_exact_tie_exactly(legacy, tmp_path):
     """A variance over 96 channels: 93642 / 96 = 7803.5 must round to 7804 (the
-    truncated multiplier floor(2**32 / 3) gave 7803)."""
+    truncated multiplier floor(2**32 / 3) gave 7803), half up as well."""
     scale = 2.0**-8
-    (tmp_path / "mean.mlir").write_text(_MEAN_96.format(hi=32767 * scale))
+    text = _MEAN_96.format(hi=32767 * scale, legacy=str(legacy).lower())
+    (tmp_path / "mean.mlir").write_text(text)
     qat_bc = hbir.load(tmp_path / "mean.mlir")
     quantized = hbir.convert(qat_bc, "nash-e")
     tie = np.array([976] * 42 + [975] * 54, np.int64)
@@ -216,7 +220,7 @@ def test_level_2_mean_over_96_rounds_an_exact_tie_to_even(tmp_path):
     cases += [rng.integers(0, 4, 96) for _ in range(200)]  # small sums: many ties
     for codes in cases:
         x = (codes * scale).astype(np.float32)[None]
-        want = _half_even(Fraction(int(codes.sum()), 96)) * scale
+        want = _rounded(Fraction(int(codes.sum()), 96), legacy) * scale
         got_bc, got_q = qat_bc["forward"](x), quantized["forward"](x)
         assert got_bc[0] == want and got_q[0] == want, codes.sum()
 
@@ -270,8 +274,9 @@ def test_level_2_check_march_sees_conv_operands_behind_the_float64_cast(tmp_path
         {"size": (9, 4)},
         {"size": (7, 11), "align_corners": True},
         {"scale_factor": (1.5, 0.5)},
+        "like-skip",
     ],
-    ids=["x2", "size", "corners", "odd-scales"],
+    ids=["x2", "size", "corners", "odd-scales", "size-from-graph"],
 )
 @pytest.mark.parametrize("dtype", ["qint8", "qint16"])
 def test_bilinear_resize_runs_on_the_npu_bit_identically(call, dtype, tmp_path):
@@ -301,7 +306,13 @@ def test_bilinear_resize_runs_on_the_npu_bit_identically(call, dtype, tmp_path):
             self.quant, self.dequant = QuantStub(), DeQuantStub()
 
         def forward(self, x):
-            return self.dequant(F.interpolate(self.quant(x), mode="bilinear", **call))
+            x = self.quant(x)
+            if call == "like-skip":  # FPN / UNet: the size of another tensor
+                skip = x[:, :, ::2, 1:]
+                return self.dequant(
+                    F.interpolate(skip, size=x.shape[2:], mode="bilinear") + x
+                )
+            return self.dequant(F.interpolate(x, mode="bilinear", **call))
 
     torch.manual_seed(0)
     inputs = [torch.randn(2, 3, 6, 8) for _ in range(4)]

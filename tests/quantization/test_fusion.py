@@ -113,3 +113,25 @@ def test_a_functional_batch_norm_after_a_conv_folds_like_the_module():
     gm.recompile()
     x = torch.randn(2, 2, 5, 5)
     torch.testing.assert_close(F.relu(gm(x)), model(x))  # plus the fused relu
+
+
+class FrozenBN(nn.Module):
+    """detectron2's FrozenBatchNorm2d form: all four tensors are buffers."""
+
+    def __init__(self, n):
+        super().__init__()
+        for name, value in (("weight", 1.5), ("bias", 0.1), ("mean", 0.2)):
+            self.register_buffer(name, torch.full((n,), value))
+        self.register_buffer("var", torch.full((n,), 2.0))
+
+    def forward(self, x):
+        return F.batch_norm(x, self.mean, self.var, self.weight, self.bias, False)
+
+
+def test_a_frozen_batch_norm_of_buffers_folds():
+    model = nn.Sequential(nn.Conv2d(2, 4, 3), FrozenBN(4)).eval()
+    gm, unfused = _fused(model)
+    assert unfused == [] and F.batch_norm not in [n.target for n in gm.graph.nodes]
+    gm.recompile()
+    x = torch.randn(2, 2, 5, 5)
+    torch.testing.assert_close(gm(x), model(x))

@@ -456,3 +456,79 @@ def test_tuple_pass_through_keeps_the_scale(tmp_path):
     assert mul.producer_fake_quants == (fq, fq)
     ops = [n.target for n in qat_model.graph.nodes if n.op == "call_method"]
     assert ops == ["chunk", "argmax"]
+
+
+# ----------------------------------------------------------------- real code (review)
+
+
+class _Q(nn.Module):
+    """QuantStub, ``f``, DeQuantStub (``f`` may use ``self.mods``)."""
+
+    def __init__(self, f, **mods):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.f, self.mods = f, nn.ModuleDict(mods)
+
+    def forward(self, x):
+        return self.dequant(self.f(self, self.quant(x)))
+
+
+@pytest.mark.parametrize(
+    "f, message",
+    [
+        (lambda m, x: x * 2 if x.sum().item() > 0 else -x, r"Tensor.item\(\)"),
+        (lambda m, x: x * (1.0 / x.abs().amax().item()), r"Tensor.item\(\)"),
+        (lambda m, x: x.reshape(len(x), -1).mean(1), r"len\(x\) on a tensor"),
+    ],
+    ids=["branch-on-item", "value-from-item", "len-is-the-batch"],
+)
+def test_values_read_from_tensors_are_refused_not_frozen(f, message, tmp_path):
+    with pytest.raises(PrepareError, match=message):
+        _prepare(_Q(f), (torch.ones(2, 3),), tmp_path)
+
+
+class WithDefault(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+
+    def forward(self, x, scale=2.0):
+        return self.dequant(self.quant(x) * scale)
+
+
+def test_a_forward_argument_with_a_default_takes_it(tmp_path):
+    qat_model = _prepare(WithDefault(), (torch.randn(2, 3),), tmp_path)
+    x = torch.randn(2, 3)
+    _float_equal(WithDefault(), qat_model, (x,))
+
+
+class InPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.quant(x.mul_(0.5)))  # in place, before the stub
+
+
+def test_in_place_ops_do_not_touch_the_callers_example_inputs(tmp_path):
+    x = torch.ones(2, 3)
+    _prepare(InPlace(), (x,), tmp_path)
+    assert torch.equal(x, torch.ones(2, 3))
+
+
+def test_multihead_attention_refuses_what_it_does_not_compute(tmp_path):
+    mha = nn.MultiheadAttention(8, 2)
+    used_weights = _Q(lambda m, x: m.mods["a"](x, x, x)[1], a=mha)
+    with pytest.raises(UnsupportedOpError, match="does not compute output 1"):
+        _prepare(used_weights, (torch.randn(5, 2, 8),), tmp_path)
+    unbatched = _Q(lambda m, x: m.mods["a"](x, x, x)[0], a=mha)
+    with pytest.raises(UnsupportedOpError, match="unbatched"):
+        _prepare(unbatched, (torch.randn(5, 8),), tmp_path)
+
+
+def test_dividing_by_a_size_is_a_located_error(tmp_path):
+    model = _Q(lambda m, x: x / x.size(-1))
+    with pytest.raises(UnsupportedOpError, match="computed from sizes") as info:
+        _prepare(model, (torch.randn(2, 4),), tmp_path)
+    assert "test_prepare.py" in str(info.value)

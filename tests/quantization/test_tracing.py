@@ -91,3 +91,17 @@ def test_subclasses_keep_their_base_rule_unless_they_override_forward():
     ops = [n.op for n in gm.graph.nodes]
     assert ops.count("call_module") == 2  # MyBN is a leaf; MyLinear is traced into
     assert torch.nn.functional.linear in [n.target for n in gm.graph.nodes]
+
+
+class WSConv(nn.Conv2d):
+    """Overrides a helper of forward (weight standardisation), not forward."""
+
+    def _conv_forward(self, input, weight, bias):
+        w = (weight - weight.mean((1, 2, 3), keepdim=True)) * 2
+        return super()._conv_forward(input, w, bias)
+
+
+def test_a_subclass_overriding_a_helper_is_not_its_base():
+    from hbir.quantization.op_rules import module_rule
+
+    assert module_rule(WSConv(2, 2, 1)) is None

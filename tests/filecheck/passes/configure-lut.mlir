@@ -21,14 +21,16 @@ func.func @configured(%x: tensor<2x2xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
 // -----
 
 // Does not apply: a per-channel input grid, a nonzero zero point (min is not
-// -128 * scale), no fake quantization after the op, and an op that asks for no
-// table keep their float functions, as pre_export's modules do.
+// -128 * scale), no fake quantization after the op, an op that asks for no table,
+// and an input behind a bilinear resize (its values are off the grid) keep their
+// float functions, as pre_export's modules do.
 // CHECK-LABEL: func.func @kept
 // CHECK:         hbir.sigmoid %a {num_tables = 162 : i64} : tensor<2x2xf32>
 // CHECK:         hbir.sigmoid %c {num_tables = 162 : i64} : tensor<2x2xf32>
 // CHECK:         hbir.sigmoid %b {num_tables = 162 : i64} : tensor<2x2xf32>
 // CHECK:         hbir.sigmoid %b : tensor<2x2xf32>
-func.func @kept(%x: tensor<2x2xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>) {
+// CHECK:         hbir.sigmoid %rs {num_tables = 162 : i64} : tensor<1x1x4x4xf32>
+func.func @kept(%x: tensor<2x2xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<1x1x4x4xf32>) {
   %a = qnt.const_fake_quant %x {min = array<f64: -1.0, -2.0>, max = array<f64: 0.9921875, 1.984375>, bits = 8 : i64, axis = 0 : i64} : tensor<2x2xf32>
   %y = hbir.sigmoid %a {num_tables = 162 : i64} : tensor<2x2xf32>
   %yq = qnt.const_fake_quant %y {min = array<f64: -1.0>, max = array<f64: 0.9921875>, bits = 8 : i64} : tensor<2x2xf32>
@@ -39,7 +41,11 @@ func.func @kept(%x: tensor<2x2xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>, tenso
   %w = hbir.sigmoid %b {num_tables = 162 : i64} : tensor<2x2xf32>
   %v = hbir.sigmoid %b : tensor<2x2xf32>
   %vq = qnt.const_fake_quant %v {min = array<f64: -1.0>, max = array<f64: 0.9921875>, bits = 8 : i64} : tensor<2x2xf32>
-  func.return %yq, %zq, %w, %vq : tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>
+  %r4 = hbir.reshape %b : tensor<2x2xf32> -> tensor<1x1x2x2xf32>
+  %rs = hbir.resize2d %r4 {size = array<i64: 4, 4>, mode = "bilinear"} : tensor<1x1x2x2xf32> -> tensor<1x1x4x4xf32>
+  %u = hbir.sigmoid %rs {num_tables = 162 : i64} : tensor<1x1x4x4xf32>
+  %uq = qnt.const_fake_quant %u {min = array<f64: -1.0>, max = array<f64: 0.9921875>, bits = 8 : i64} : tensor<1x1x4x4xf32>
+  func.return %yq, %zq, %w, %vq, %uq : tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<2x2xf32>, tensor<1x1x4x4xf32>
 }
 
 // Invalid input that reaches the pass: a 12-bit input grid has no table; the error
