@@ -6,7 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import zoo
-from zoo_stages import calibrated
+from zoo_stages import calibrated, validated
 
 import hbir
 from hbir.quantization import export
@@ -289,15 +289,12 @@ def test_bilinear_resize_runs_on_the_npu_bit_identically(call, dtype, tmp_path):
     from hbir.conversion import cpu_advice
     from hbir.quantization import (
         DeQuantStub,
-        FakeQuantState,
         QConfig,
         QuantStub,
         get_qconfig,
         pre_export,
-        prepare,
         qint8,
         qint16,
-        set_fake_quantize,
     )
 
     class Up(nn.Module):
@@ -318,12 +315,7 @@ def test_bilinear_resize_runs_on_the_npu_bit_identically(call, dtype, tmp_path):
     inputs = [torch.randn(2, 3, 6, 8) for _ in range(4)]
     qconfig = get_qconfig(out_dtype=qint16 if dtype == "qint16" else qint8)
     assert isinstance(qconfig, QConfig)
-    qat = prepare(Up().eval(), (inputs[0],), qconfig, out_dir=tmp_path)
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for x in inputs:
-            qat(x)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat = validated(Up(), inputs, tmp_path, qconfig)
     qat_bc = export(qat, (inputs[0],))
     quantized = hbir.convert(qat_bc, "nash-e")
     assert cpu_advice(quantized) == []

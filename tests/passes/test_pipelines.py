@@ -6,6 +6,7 @@ import sys
 import pytest
 import torch
 from torch import nn
+from zoo_stages import validated
 
 import hbir
 from hbir.conversion import cpu_advice
@@ -13,11 +14,8 @@ from hbir.passes.pipelines import PHASES, pipeline_up_to, stop_points
 from hbir.quantization import (
     DeQuantStub,
     ExportError,
-    FakeQuantState,
     QuantStub,
     export,
-    prepare,
-    set_fake_quantize,
 )
 
 EXPORT_PASSES = [spec.split("{")[0] for spec in PHASES["export"]]
@@ -55,13 +53,7 @@ def layer_scale(tmp_path_factory):
     torch.manual_seed(0)
     inputs = [torch.randn(1, 3, 8, 8) for _ in range(4)]
     out_dir = tmp_path_factory.mktemp("layer_scale")
-    qat = prepare(LayerScale().eval(), (inputs[0],), out_dir=out_dir)
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for x in inputs:
-            qat(x)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
-    return qat, (inputs[0],)
+    return validated(LayerScale(), inputs, out_dir), (inputs[0],)
 
 
 def test_a_parameter_reshape_folds_and_converts_to_fixed_point(layer_scale):

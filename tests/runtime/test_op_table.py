@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from zoo_stages import validated
 
 import hbir
 from hbir.dialects import hbir as hb
@@ -20,13 +21,10 @@ from hbir.dialects import qnt
 from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
 from hbir.quantization import (
     DeQuantStub,
-    FakeQuantState,
     QuantStub,
     export,
     op_rules,
     pre_export,
-    prepare,
-    set_fake_quantize,
 )
 from hbir.quantization import lut_modules as lut
 from hbir.quantization.spellings import resolve
@@ -327,12 +325,7 @@ def test_every_op_prepare_accepts_exports_and_converts(spelling, tmp_path):
     shape = SAMPLES[spelling][1]
     model = _Model(spelling).eval()
     inputs = [torch.randn(shape) for _ in range(4)]
-    qat = prepare(model, (inputs[0],), out_dir=tmp_path)
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for x in inputs:
-            qat(x)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat = validated(model, inputs, tmp_path)
     qat_bc = export(qat, (inputs[0],))
     exported_pt = pre_export(qat)
     for x in inputs:
