@@ -165,11 +165,7 @@ class Exporter:
         if isinstance(arg, fx.Node):
             value = self.values[arg]
             if isinstance(value, torch.Tensor):
-                raise Unsupported(
-                    f"argument {arg.name} is a {value.dtype} constant: HBIR holds "
-                    "float constants (integer index math folds only when all of its "
-                    "inputs are parameters or buffers)"
-                )
+                raise _integer_constant(arg.name, value)
             if not isinstance(value, SSAValue):
                 raise Unsupported(f"argument {arg.name} is not a tensor")
             return value
@@ -189,6 +185,8 @@ class Exporter:
         if _is_number_value(v):
             dtype = np.float64 if self.dtype(like) == torch.float64 else np.float32
             return self.constant(np.asarray(v, dtype))
+        if isinstance(v, torch.Tensor):
+            raise _integer_constant("an argument", v)
         raise Unsupported(f"argument {v!r}")
 
     def dtype(self, value: SSAValue) -> torch.dtype:
@@ -403,6 +401,14 @@ def _rebuild(value, args):
     if isinstance(value, list | tuple):
         return type(value)(_rebuild(v, args) for v in value)
     return {k: _rebuild(v, args) for k, v in value.items()}
+
+
+def _integer_constant(name: str, value: torch.Tensor) -> Unsupported:
+    return Unsupported(
+        f"{name} is a {value.dtype} constant of shape {tuple(value.shape)}: HBIR "
+        "holds float constants (integer index math folds only when all of its inputs "
+        "are parameters, buffers or sizes)"
+    )
 
 
 def _is_size(v) -> bool:

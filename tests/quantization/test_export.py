@@ -76,9 +76,13 @@ def test_debug_info_names_module_path_op_and_source_line(tmp_path):
 
 
 class TwoUnsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("offsets", torch.arange(4))  # int64
+
     def forward(self, x):
-        a = torch.erf(x)  # no hbir op for either
-        b = torch.cumsum(x, 1)
+        a = torch.cumsum(x, 1)  # no hbir op
+        b = x + self.offsets  # an int64 constant meets a graph input
         return a, b
 
 
@@ -91,7 +95,7 @@ def test_two_unsupported_ops_fail_in_one_error_with_source_lines():
     text = str(info.value)
     assert "2 unsupported op(s)" in text
     assert text.count("test_export.py:") == 2
-    assert "torch.erf" in text and "torch.cumsum" in text
+    assert "torch.cumsum" in text and "torch.int64 constant of shape (4,)" in text
 
 
 def test_float_model_exports_with_a_loud_warning():
