@@ -1,11 +1,15 @@
 """``export``: a prepared model (``qat.pt``) to HBIR (``qat.bc``).
 
-The importer is one dispatch loop over the fx graph of the prepared model plus the
-rule tables of ``export_rules.py`` ({module class / function / method name: builder}),
-the structure of torch-mlir's fx importer. Each builder emits exactly the torch
-computations of the module's forward, in the same order and precision, so the
-interpreter (which runs the same torch kernels) reproduces ``pre_export(model)``
-bit for bit.
+Export is a 1:1 import followed by the passes of the ``export`` phase
+(``passes/pipelines.py``: configure-lut, fold-constants, cleanup), as torch-mlir does
+it. The importer is one dispatch loop over the fx graph of the prepared model plus
+the rule tables of ``export_rules.py`` ({module class / function / method name:
+builder}; the pass-through ones derived from the op table). Each builder emits the
+torch computations of the module's forward with its quantization parameters as
+``qnt`` ops, in the same order and precision, so the interpreter (which runs the
+same torch kernels) reproduces ``pre_export(model)`` bit for bit. Sizes computed in
+the graph are read as their values on the example inputs, and a value computed from
+constants and sizes only, in a form IR cannot hold, is imported as that constant.
 
 Every emitted op carries a location ``loc("<module path>|<torch op>#<call index>"(
 "<user file>":<line>:0))`` naming its torch origin, shown by
@@ -19,6 +23,7 @@ to convert.
 from __future__ import annotations
 
 import contextlib
+import operator
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -287,9 +292,7 @@ class Exporter:
         return self._module(name, outputs, input_names, output_names)
 
     def _get_attr(self, node: fx.Node):
-        value = self.gm
-        for part in node.target.split("."):
-            value = getattr(value, part)
+        value = operator.attrgetter(node.target)(self.gm)
         self._set_location(node, "get_attr")
         return self._constant_value(value)
 

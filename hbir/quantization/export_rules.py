@@ -22,7 +22,7 @@ from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization import stubs
 from hbir.quantization.dtypes import qint32
-from hbir.quantization.export import Exporter, Unsupported
+from hbir.quantization.export import Exporter, Unsupported, _is_number_value
 from hbir.quantization.spellings import resolve
 from hbir.runtime import numerics, op_table
 
@@ -54,17 +54,15 @@ def _inputs(ex: Exporter, mod: nn.Module, values: list) -> list:
     if fqs is None:
         return values
     it = iter(fqs)
-    return [ex.fake_quant(v, next(it)) if not _is_number(v) else v for v in values]
+    return [
+        ex.fake_quant(v, next(it)) if not _is_number_value(v) else v for v in values
+    ]
 
 
 def _output(ex: Exporter, mod: nn.Module, y, dtype: torch.dtype | None = None):
     """The module's output fake quant, then back to the input precision."""
     y = ex.fake_quant(y, getattr(mod, "activation_post_process", None))
     return y if dtype is None else ex.cast(y, dtype)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _activation(ex: Exporter, y, kind: str | None):
@@ -247,12 +245,12 @@ def _binary_module(ex: Exporter, node: fx.Node):
     mod = _module(ex, node)
     a, b = (_value_or_number(ex, v) for v in node.args[:2])
     a, b = _inputs(ex, mod, [a, b])
-    like = a if not _is_number(a) else b
+    like = a if not _is_number_value(a) else b
     dtype = ex.dtype(like)
-    numbers = [_is_number(v) for v in (a, b)]
+    numbers = [_is_number_value(v) for v in (a, b)]
     if getattr(mod, "exact_inputs", False) or getattr(mod, "exact", False):
         # A number is the float32 constant of the float32 forward, in float64.
-        a, b = (_f64_number(ex, v) if _is_number(v) else v for v in (a, b))
+        a, b = (_f64_number(ex, v) if _is_number_value(v) else v for v in (a, b))
     a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
     if getattr(mod, "exact_inputs", False):
         exact = iter(
@@ -662,7 +660,7 @@ def _float_binary(op_cls, reverse: bool = False):
         a, b = (_value_or_number(ex, v) for v in node.args[:2])
         if _arg(node, 2, "alpha", 1) != 1:
             raise Unsupported("alpha")
-        like = a if not _is_number(a) else b
+        like = a if not _is_number_value(a) else b
         a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
         return ex.emit(op_cls(b, a) if reverse else op_cls(a, b))
 

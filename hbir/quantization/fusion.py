@@ -11,6 +11,7 @@ fused is reported with the reason (``model_check_result.txt``).
 from __future__ import annotations
 
 import copy
+import operator
 from collections import Counter
 from dataclasses import dataclass
 
@@ -80,7 +81,7 @@ def _batch_norm_of(node: fx.Node, gm: fx.GraphModule, modules):
         arg = args.get(name)
         if arg is not None and not (isinstance(arg, fx.Node) and arg.op == "get_attr"):
             return None
-        tensors[name] = None if arg is None else _attribute(gm, arg.target)
+        tensors[name] = None if arg is None else operator.attrgetter(arg.target)(gm)
     if tensors["running_mean"] is None or tensors["running_var"] is None:
         return None
     bn = nn.BatchNorm2d(tensors["running_mean"].numel(), eps=args.get("eps", 1e-5))
@@ -95,13 +96,6 @@ def _batch_norm_of(node: fx.Node, gm: fx.GraphModule, modules):
 
 def _bn_name(node: fx.Node) -> str:
     return node.target if node.op == "call_module" else node.name
-
-
-def _attribute(gm: fx.GraphModule, target: str):
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _describe(node: fx.Node, modules) -> str:

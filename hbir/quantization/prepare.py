@@ -142,10 +142,7 @@ class _QconfigFor:
             return None
         if not isinstance(node, fx.Node) or node.op != "get_attr":
             raise op_rules.Unsupported("weights that are not module attributes")
-        value = self.builder.gm
-        for part in node.target.split("."):
-            value = getattr(value, part)
-        return value
+        return operator.attrgetter(node.target)(self.builder.gm)
 
 
 class _GraphBuilder:

@@ -186,10 +186,7 @@ class ConcreteTracer(HbirTracer):
                 return args[0]  # a parameter with a default
             return value
         if kind == "get_attr":
-            value = self.root
-            for part in target.split("."):
-                value = getattr(value, part)
-            return value
+            return operator.attrgetter(target)(self.root)
         if kind == "call_function":
             return target(*args, **kwargs)
         if kind == "call_method":
