@@ -8,6 +8,7 @@ into true fixed point with ``qnt.quantize``, ``qnt.dequantize`` and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -16,6 +17,7 @@ from xdsl.dialects.builtin import (
     AnyTensorTypeConstr,
     BoolAttr,
     DenseArrayBase,
+    DictionaryAttr,
     Float32Type,
     Float64Type,
     IntegerAttr,
@@ -24,7 +26,7 @@ from xdsl.dialects.builtin import (
     f32,
     f64,
 )
-from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -351,6 +353,74 @@ class BarrierOp(IRDLOperation):
 
     def __init__(self, input: Value):
         super().__init__(operands=[input], result_types=[SSAValue.get(input).type])
+
+
+# ----------------------------------------------------------------- qnt.exact
+
+EXACT = "qnt.exact"
+_EXACT_FIELDS = ("input", "weight", "output")
+
+
+def set_exact(op: Operation, grids: numerics.GemmGrids) -> None:
+    """Mark a float gemm as computing its integer lowering's numbers (``exact``)."""
+    op.attributes[EXACT] = DictionaryAttr(
+        {
+            "input": DenseArrayBase.from_list(f32, [grids.x_scale]),
+            "input_bits": IntegerAttr(grids.x_bits, 64),
+            "weight": DenseArrayBase.from_list(f32, list(grids.w_scales)),
+            "weight_bits": IntegerAttr(grids.w_bits, 64),
+            "output": DenseArrayBase.from_list(f32, [grids.out_scale]),
+            "output_bits": IntegerAttr(grids.out_bits, 64),
+        }
+    )
+
+
+def exact(op: Operation) -> numerics.GemmGrids | None:
+    """The grids of a gemm marked ``qnt.exact``, None for an unmarked op.
+
+    ``qnt.exact = {input = array<f32: s_x>, input_bits = 8, weight = array<f32:
+    s_w...>, weight_bits = 8, output = array<f32: s_y>, output_bits = 8}`` on a
+    float conv2d / conv_transpose2d / linear / matmul says: the inputs hold values
+    on these grids, and the op computes what its integer lowering computes
+    (``numerics.fixed_point_gemm``: exact accumulation, the bias and the one
+    requantization convert chooses) and returns the output codes times ``s_y``.
+    Export writes it for QAT modules evaluated in VALIDATION below consistency
+    level 2; removing a fake quant next to the op (``remove-fake-quant``) drops it.
+    """
+    attr = op.attributes.get(EXACT)
+    if attr is None:
+        return None
+    if not isinstance(attr, DictionaryAttr):
+        raise VerifyException(f"{EXACT} must be a dictionary, got {attr}")
+    fields = attr.data
+    expected = {f for name in _EXACT_FIELDS for f in (name, name + "_bits")}
+    if set(fields) != expected:
+        raise VerifyException(
+            f"{EXACT} needs exactly the entries {sorted(expected)}, got "
+            f"{sorted(fields)}"
+        )
+    values: dict[str, tuple[float, ...]] = {}
+    bits: dict[str, int] = {}
+    for name in _EXACT_FIELDS:
+        scales, width = fields[name], fields[name + "_bits"]
+        if not (isinstance(scales, DenseArrayBase) and scales.elt_type == f32):
+            raise VerifyException(f"{EXACT} {name} must be an array<f32: ...>")
+        if not isinstance(width, IntegerAttr) or width.value.data not in (8, 16):
+            raise VerifyException(f"{EXACT} {name}_bits must be 8 or 16")
+        got = tuple(float(v) for v in scales.get_values())
+        if not got or not all(v > 0 and math.isfinite(v) for v in got):
+            raise VerifyException(f"{EXACT} {name} scales must be positive and finite")
+        if name != "weight" and len(got) != 1:
+            raise VerifyException(f"{EXACT} {name} must hold one scale")
+        values[name], bits[name] = got, width.value.data
+    return numerics.GemmGrids(
+        values["input"][0],
+        bits["input"],
+        values["weight"],
+        bits["weight"],
+        values["output"][0],
+        bits["output"],
+    )
 
 
 QNT = Dialect(

@@ -40,7 +40,6 @@ or that check-march marked for the CPU stays float.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,55 +86,45 @@ def weight_scales(op: Operation, w: fp.Codes) -> np.ndarray | None:
     return None
 
 
-def _acc_scale(s_x: np.float32, s_w: np.ndarray) -> np.ndarray:
-    """The accumulator's real scale ``s_x * s_w[c]``, exact in float64."""
-    return np.float64(s_x) * s_w.astype(np.float64)
-
-
-def bias_values(
+def bias_operand(
     bias: SSAValue | None, s_x: np.float32, s_w: np.ndarray, channels: int
-) -> tuple[np.ndarray, bool] | None | bool:
-    """(bias in accumulator LSBs as float64, exact-integer?) or None / False.
+) -> dict | None:
+    """The bias as ``gemm_requantization`` takes it: ``{"bias": real values}`` or
+    ``{"bias_codes": exact int32 codes}``; ``{}`` without a bias, None when the
+    bias is neither a float constant nor dequantized constant codes.
 
-    None without a bias; False when the bias is neither a float constant nor
-    dequantized constant codes. A dequantized int32 bias on the grid exact QAT
-    uses (consistency level 2, ``numerics.bias_scale``) is exact when that float32
-    grid is the accumulator's exact scale ``s_x * s_w[c]``.
+    A dequantized int32 bias on the grid exact QAT uses (consistency level 2,
+    ``numerics.bias_scale``) is exact when that float32 grid is the accumulator's
+    exact scale ``s_x * s_w[c]``.
     """
     if bias is None:
-        return None
-    acc_scale = np.broadcast_to(_acc_scale(s_x, s_w), (channels,))
+        return {}
     codes = fp.codes_of(bias)
-    if codes is not None:
-        if not isinstance(codes.codes.owner, hbir.ConstantOp):
-            return False
-        ints = hbir.dense_array(codes.codes.owner.value).astype(np.int64)
-        scales = np.broadcast_to(codes.scales.astype(np.float64), (channels,))
-        grid = np.broadcast_to(numerics.bias_scale(s_x, s_w), (channels,))
-        on_grid = codes.bits == 32 and np.array_equal(scales, grid)
-        if on_grid and np.array_equal(grid, acc_scale):
-            return ints.astype(np.float64), True
-        values = ints.astype(np.float64) * scales
-    else:
+    if codes is None:
         values = fp.float_constant(bias)
-        if values is None:
-            return False
-    return values / acc_scale, False
+        return None if values is None else {"bias": values}
+    if not isinstance(codes.codes.owner, hbir.ConstantOp):
+        return None
+    ints = hbir.dense_array(codes.codes.owner.value).astype(np.int64)
+    scales = np.broadcast_to(codes.scales.astype(np.float64), (channels,))
+    grid = np.broadcast_to(numerics.bias_scale(s_x, s_w), (channels,))
+    acc_scale = np.float64(s_x) * np.broadcast_to(s_w.astype(np.float64), (channels,))
+    if (
+        codes.bits == 32
+        and np.array_equal(scales, grid)
+        and np.array_equal(grid, acc_scale)
+    ):
+        return {"bias_codes": ints}
+    return {"bias": ints.astype(np.float64) * scales}
 
 
-def fine_bits(op: Operation, x: fp.Codes, w: fp.Codes, bias_lsb: np.ndarray) -> int:
-    """Extra fractional bits for a float bias: the accumulator shifted left by
-    them still fits in 2**30 (bounded by the operand widths and the reduction
-    length), at most 16."""
-    w_shape = shape_of(w.codes)
-    terms = int(np.prod(w_shape[1:]))
+def reduction_terms(op: Operation, x_shape, w_shape) -> int:
+    """How many products each accumulator sums."""
     if isinstance(op, hbir.ConvTranspose2dOp):
-        terms = w_shape[0] // op.groups.value.data * w_shape[2] * w_shape[3]
-    elif isinstance(op, hbir.MatmulOp):
-        terms = shape_of(x.codes)[-1]
-    bound = terms * (1 << (x.bits - 1)) * (1 << (w.bits - 1))
-    bound += float(np.max(np.abs(bias_lsb), initial=0.0)) + 1
-    return max(0, min(16, 30 - math.ceil(math.log2(bound))))
+        return w_shape[0] // op.groups.value.data * w_shape[2] * w_shape[3]
+    if isinstance(op, hbir.MatmulOp):
+        return x_shape[-1]
+    return int(np.prod(w_shape[1:]))
 
 
 def _integer_op(op: Operation, x: SSAValue, w: SSAValue, b: SSAValue | None):
@@ -186,33 +175,36 @@ class LowerGemm(RewritePattern):
         if s_w is None or consumer is None:
             return
         axis, channels = _out_channels(op)
-        acc_scale = _acc_scale(x.scales[0], s_w)
-        bias_lsb = bias_values(bias, x.scales[0], s_w, channels)
-        if bias_lsb is False:
+        b = bias_operand(bias, x.scales[0], s_w, channels)
+        if b is None:
             return
+        req = numerics.gemm_requantization(
+            x.scales[0],
+            s_w,
+            consumer.scale,
+            terms=reduction_terms(op, shape_of(x.codes), shape_of(w.codes)),
+            x_bits=x.bits,
+            w_bits=w.bits,
+            channels=channels,
+            mode=rounding,
+            **b,
+        )
+        fuse = fp.fuses_requantize(op)
         new: list[Operation] = []
-        b_value, fine = None, 0
-        if bias_lsb is not None:
-            lsb, exact = bias_lsb
-            lsb = np.broadcast_to(lsb, (channels,))
-            fused = exact and fp.fuses_requantize(op)
-            fine = 0 if exact else fine_bits(op, x, w, lsb)
-            codes = np.clip(
-                numerics.round_float(lsb * 2.0**fine, rounding), *numerics.qrange(32)
-            )
-            if fused:
-                const = fp.int_constant(codes, 32)
-                new.append(const)
-                b_value = const.output
+        b_value = None
+        if req.fused_bias and fuse:
+            new.append(fp.int_constant(req.bias, 32))
+            b_value = new[-1].output
         gemm = _integer_op(op, x.codes, w.codes, b_value)
         new.append(gemm)
         acc = gemm.results[0]
-        if bias_lsb is not None and b_value is None:
+        if req.bias is not None and b_value is None:
             # The bias on a finer grid, added after the gemm (see module doc).
-            new += self._add_bias(acc, codes, fine, axis, rounding)
+            new += self._add_bias(acc, req.bias, req.fine, axis, rounding)
             acc = new[-1].results[0]
-        real = acc_scale * 2.0**-fine * consumer.inv_scale
-        tail = fp.finish(acc, real, consumer, rounding, fp.fuses_requantize(op), axis)
+        tail = fp.finish_with(
+            acc, req.multiplier, req.shift, consumer, rounding, fuse, axis
+        )
         fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
 
     @staticmethod

@@ -127,15 +127,9 @@ class Consumer:
 
 
 def inv_scale(scale) -> np.float64:
-    """``fl32(1 / fl32(s))`` as float64: the factor quantization multiplies by.
-
-    ``numerics.quantize`` (and torch's fake quantization) compute ``x * fl32(1/s)``,
-    not ``x / s``; a requantization into scale ``s`` therefore rounds
-    ``acc * s_acc * fl32(1/s)``. With ``x / s`` instead, the two disagree wherever
-    ``acc * s_acc / s`` lies within ``2**-24`` (relative) of a rounding tie, which
-    exact ties (e.g. ``s_acc / s = 3/8``) hit often.
-    """
-    return np.float64(np.float32(1.0) / np.float32(scale))
+    """``fl32(1 / fl32(s))``, the factor quantization multiplies by
+    (``numerics.inv_scale``)."""
+    return numerics.inv_scale(scale)
 
 
 def _single_use(value: SSAValue) -> Operation | None:
@@ -234,25 +228,6 @@ def op_device(op: Operation) -> str:
     return "npu"
 
 
-def multipliers(real: np.ndarray) -> tuple[list[int], list[int]]:
-    """Per-channel (multiplier, shift) with ``multiplier / 2**shift ~= real``.
-
-    A zero scale (an all-zero weight channel) becomes multiplier 0.
-    """
-    ms, ss = [], []
-    for r in np.asarray(real, np.float64).reshape(-1):
-        if r == 0:
-            ms.append(0)
-            ss.append(0)
-            continue
-        m, s = numerics.quantize_multiplier(float(r))
-        while s > 62:  # tiny scales: give up low multiplier bits, keep the range
-            m, s = m >> 1, s - 1
-        ms.append(m)
-        ss.append(s)
-    return ms, ss
-
-
 def requantize(
     value: SSAValue,
     real: np.ndarray,
@@ -262,10 +237,21 @@ def requantize(
     clip: tuple[int, int] | None = None,
 ) -> qnt.RequantizeOp:
     """``round(value * real)`` into ``element``: one rounding, per channel if needed."""
-    real = np.asarray(real, np.float64).reshape(-1)
-    if real.size > 1 and np.all(real == real[0]):
-        real = real[:1]
-    ms, ss = multipliers(real)
+    ms, ss = numerics.requantize_multipliers(real)
+    return requantize_with(value, ms, ss, element, rounding, axis, clip)
+
+
+def requantize_with(
+    value: SSAValue,
+    multiplier: np.ndarray,
+    shift: np.ndarray,
+    element: Attribute,
+    rounding: str,
+    axis: int | None = None,
+    clip: tuple[int, int] | None = None,
+) -> qnt.RequantizeOp:
+    """A requantization with given per-channel (or single) multipliers and shifts."""
+    ms, ss = [int(m) for m in multiplier], [int(s) for s in shift]
     return qnt.RequantizeOp(
         value,
         element,
@@ -307,6 +293,20 @@ def finish(
     fuse: bool,
     axis: int | None = None,
 ) -> list[Operation]:
+    """The requantization by ``real`` that ends a lowered op (``finish_with``)."""
+    ms, ss = numerics.requantize_multipliers(real)
+    return finish_with(acc, ms, ss, consumer, rounding, fuse, axis)
+
+
+def finish_with(
+    acc: SSAValue,
+    multiplier: np.ndarray,
+    shift: np.ndarray,
+    consumer: Consumer,
+    rounding: str,
+    fuse: bool,
+    axis: int | None = None,
+) -> list[Operation]:
     """The requantization that ends a lowered op, relu / clip folded or not.
 
     With fusion (the default) the relu / clip is the requantization's ``clip``.
@@ -314,12 +314,13 @@ def finish(
     separate integer ``hbir.clip`` follows: the same numbers, since rounding is
     monotone and clamping commutes with it.
     """
+    element = consumer.element
     if fuse or consumer.clip is None:
-        return [requantize(acc, real, consumer.element, rounding, axis, consumer.clip)]
-    req = requantize(acc, real, consumer.element, rounding, axis)
+        clip = consumer.clip
+        return [requantize_with(acc, multiplier, shift, element, rounding, axis, clip)]
+    req = requantize_with(acc, multiplier, shift, element, rounding, axis)
     lo, hi = consumer.clip
-    clip = hbir.ClipOp(req.output, float(lo), float(hi))
-    return [req, clip]
+    return [req, hbir.ClipOp(req.output, float(lo), float(hi))]
 
 
 def int_constant(values: np.ndarray, width: int) -> hbir.ConstantOp:

@@ -272,36 +272,88 @@ def _accumulate(op: Operation, acc: torch.Tensor, bias: np.ndarray | None, axis:
     return (_int_out(op, y),)
 
 
-def _conv2d(op: hbir.Conv2dOp, x: np.ndarray, w: np.ndarray, b=None):
+def _exact_gemm(op, x, w, b, gemm, *, terms: int, axis: int, w_axis, rounding: str):
+    """A float gemm marked ``qnt.exact``: its integer lowering's numbers
+    (``numerics.fixed_point_gemm``), with ``gemm`` the float64 torch kernel."""
+    grids = qnt.exact(op)
+
+    def accumulate(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return gemm(torch.from_numpy(a), torch.from_numpy(c)).numpy()
+
+    bias = None if b is None else np.asarray(b, np.float64)
+    y = numerics.fixed_point_gemm(
+        grids,
+        x,
+        w,
+        accumulate,
+        bias=bias,
+        terms=terms,
+        axis=axis,
+        w_axis=w_axis if len(grids.w_scales) > 1 else None,
+        mode=rounding,
+    )
+    return (_float_out(op, torch.from_numpy(y)),)
+
+
+def _conv2d(op: hbir.Conv2dOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding=None):
     params = (
         tuple(op.stride.get_values()),
         tuple(op.padding.get_values()),
         tuple(op.dilation.get_values()),
         op.groups.value.data,
     )
+    terms = w.shape[1] * w.shape[2] * w.shape[3]
+    if qnt.EXACT in op.attributes:
+        gemm = functools.partial(_conv2d_f64, params=params)
+        mode = rounding or numerics.HALF_EVEN
+        return _exact_gemm(
+            op, x, w, b, gemm, terms=terms, axis=1, w_axis=0, rounding=mode
+        )
     if _is_float(x):
         bias = None if b is None else _t(b)
         return (_float_out(op, F.conv2d(_t(x), _t(w), bias, *params)),)
-    _check_exact(x, w, w.shape[1] * w.shape[2] * w.shape[3])
+    _check_exact(x, w, terms)
     return _accumulate(op, F.conv2d(_f64(x), _f64(w), None, *params), b, 1)
 
 
-def _conv_transpose2d(op: hbir.ConvTranspose2dOp, x: np.ndarray, w: np.ndarray, b=None):
+def _conv2d_f64(a: torch.Tensor, c: torch.Tensor, *, params) -> torch.Tensor:
+    return F.conv2d(a, c, None, *params)
+
+
+def _conv_transpose2d_f64(a: torch.Tensor, c: torch.Tensor, *, params):
+    return F.conv_transpose2d(a, c, None, *params)
+
+
+def _conv_transpose2d(
+    op: hbir.ConvTranspose2dOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding=None
+):
     stride = tuple(op.stride.get_values())
     padding = tuple(op.padding.get_values())
     output_padding = tuple(op.output_padding.get_values())
     groups, dilation = op.groups.value.data, tuple(op.dilation.get_values())
     params = (stride, padding, output_padding, groups, dilation)
+    # Each output sums at most (C_in / groups) * kH * kW products.
+    terms = (w.shape[0] // groups) * w.shape[2] * w.shape[3]
+    if qnt.EXACT in op.attributes:
+        gemm = functools.partial(_conv_transpose2d_f64, params=params)
+        mode = rounding or numerics.HALF_EVEN
+        return _exact_gemm(
+            op, x, w, b, gemm, terms=terms, axis=1, w_axis=1, rounding=mode
+        )
     if _is_float(x):
         bias = None if b is None else _t(b)
         return (_float_out(op, F.conv_transpose2d(_t(x), _t(w), bias, *params)),)
-    # Each output sums at most (C_in / groups) * kH * kW products.
-    _check_exact(x, w, (w.shape[0] // groups) * w.shape[2] * w.shape[3])
+    _check_exact(x, w, terms)
     acc = F.conv_transpose2d(_f64(x), _f64(w), None, *params)
     return _accumulate(op, acc, b, 1)
 
 
-def _linear(op: hbir.LinearOp, x: np.ndarray, w: np.ndarray, b=None):
+def _linear(op: hbir.LinearOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding=None):
+    if qnt.EXACT in op.attributes:
+        mode = rounding or numerics.HALF_EVEN
+        return _exact_gemm(
+            op, x, w, b, F.linear, terms=w.shape[1], axis=-1, w_axis=0, rounding=mode
+        )
     if _is_float(x):
         bias = None if b is None else _t(b)
         return (_float_out(op, F.linear(_t(x), _t(w), bias)),)
@@ -309,7 +361,20 @@ def _linear(op: hbir.LinearOp, x: np.ndarray, w: np.ndarray, b=None):
     return _accumulate(op, F.linear(_f64(x), _f64(w)), b, -1)
 
 
-def _matmul(op: hbir.MatmulOp, a: np.ndarray, b: np.ndarray):
+def _matmul(op: hbir.MatmulOp, a: np.ndarray, b: np.ndarray, *, rounding=None):
+    if qnt.EXACT in op.attributes:
+        mode = rounding or numerics.HALF_EVEN
+        return _exact_gemm(
+            op,
+            a,
+            b,
+            None,
+            torch.matmul,
+            terms=a.shape[-1],
+            axis=-1,
+            w_axis=None,
+            rounding=mode,
+        )
     if _is_float(a):
         return (_float_out(op, torch.matmul(_t(a), _t(b))),)
     _check_exact(a, b, a.shape[-1])
@@ -685,11 +750,13 @@ def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         raise _error(op, f"produced {got}, expected {dtype} {shape}")
 
 
-# Kernels whose result depends on the model's rounding mode: fake quantization and
-# the lookup-table ops of the op table.
-_ROUNDED = {qnt.ConstFakeQuantOp} | {
-    cls for cls in KERNELS if cls.name in op_table.LUT_TABLES
-}
+# Kernels whose result depends on the model's rounding mode: fake quantization,
+# the lookup-table ops of the op table and the gemms (``qnt.exact``).
+_ROUNDED = (
+    {qnt.ConstFakeQuantOp}
+    | {cls for cls in KERNELS if cls.name in op_table.LUT_TABLES}
+    | set(hbir.ops_lowered_as(op_table.GEMM))
+)
 
 
 def run_function(

@@ -260,6 +260,208 @@ def requantize(
     return np.clip(y, qmin, qmax)
 
 
+def inv_scale(scale) -> np.float64:
+    """``fl32(1 / fl32(s))`` as float64: the factor quantization multiplies by.
+
+    ``quantize`` (and torch's fake quantization) compute ``x * fl32(1/s)``, not
+    ``x / s``; a requantization into scale ``s`` therefore rounds
+    ``acc * s_acc * fl32(1/s)``. With ``x / s`` instead, the two disagree wherever
+    ``acc * s_acc / s`` lies within ``2**-24`` (relative) of a rounding tie, which
+    exact ties (e.g. ``s_acc / s = 3/8``) hit often.
+    """
+    return np.float64(np.float32(1.0) / np.float32(scale))
+
+
+def requantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel ``(multiplier, shift)`` int64 arrays with ``m / 2**shift ~= real``.
+
+    One pair when every channel has the same factor. A zero factor (an all-zero
+    weight channel) becomes multiplier 0. Tiny factors give up low multiplier bits
+    so that the shift stays at most 62.
+    """
+    real = np.asarray(real, np.float64).reshape(-1)
+    if real.size > 1 and np.all(real == real[0]):
+        real = real[:1]
+    ms, ss = [], []
+    for r in real:
+        if r == 0:
+            ms.append(0)
+            ss.append(0)
+            continue
+        m, s = quantize_multiplier(float(r))
+        while s > 62:
+            m, s = m >> 1, s - 1
+        ms.append(m)
+        ss.append(s)
+    return np.asarray(ms, np.int64), np.asarray(ss, np.int64)
+
+
+# ----------------------------------------------------------------- gemm requantization
+
+# A float bias goes on a grid up to 2**MAX_FINE_BITS finer than the accumulator,
+# as fine as keeps the shifted accumulator below 2**ACC_HEADROOM_BITS.
+MAX_FINE_BITS = 16
+ACC_HEADROOM_BITS = 30
+
+
+@dataclass(frozen=True)
+class GemmRequant:
+    """How the exact accumulator of an integer conv / linear / matmul becomes codes.
+
+    ``acc`` (si32, scale ``s_x * s_w[c]``) is shifted left by ``fine`` bits, the
+    bias codes are added (si32, on the grid ``s_x * s_w[c] * 2**-fine``), and one
+    requantization ``round(acc * multiplier / 2**shift)`` gives the output codes.
+    ``fused_bias``: the bias codes are exact int32 codes on the accumulator's own
+    grid (consistency level 2), the gemm's bias operand.
+    """
+
+    multiplier: np.ndarray  # int64, one per output channel or one for all
+    shift: np.ndarray
+    bias: np.ndarray | None = None  # int64 codes, one per output channel
+    fine: int = 0
+    fused_bias: bool = False
+
+
+def gemm_fine_bits(terms: int, x_bits: int, w_bits: int, bias_lsb) -> int:
+    """Fractional bits for a float bias: the accumulator shifted left by them still
+    fits in ``2**ACC_HEADROOM_BITS`` (bounded by the operand widths and the
+    reduction length ``terms``), at most ``MAX_FINE_BITS``."""
+    bound = terms * (1 << (x_bits - 1)) * (1 << (w_bits - 1))
+    bound += float(np.max(np.abs(bias_lsb), initial=0.0)) + 1
+    headroom = ACC_HEADROOM_BITS - math.ceil(math.log2(bound))
+    return max(0, min(MAX_FINE_BITS, headroom))
+
+
+def gemm_requantization(
+    s_x,
+    s_w,
+    s_out,
+    *,
+    terms: int,
+    x_bits: int,
+    w_bits: int,
+    bias=None,
+    bias_codes=None,
+    channels: int = 1,
+    mode: str = HALF_EVEN,
+) -> GemmRequant:
+    """The requantization convert chooses for a gemm, and exact QAT computes.
+
+    ``s_x`` (float32, per tensor), ``s_w`` (float32, per output channel or one) and
+    ``s_out`` (float32) are the scales of the input, weight and output codes;
+    ``bias`` the real bias (float64 per channel) or ``bias_codes`` an exact int32
+    bias on the accumulator grid. The accumulator's real scale is ``s_x * s_w[c]``
+    exactly (float64); a float bias goes on a grid ``2**fine`` finer
+    (``gemm_fine_bits``), rounded with ``mode``; the factor is
+    ``s_x * s_w[c] * 2**-fine * fl32(1/s_out)`` as a 31-bit multiplier.
+    """
+    s_w = np.asarray(s_w, np.float32).astype(np.float64).reshape(-1)
+    acc_scale = np.float64(np.float32(s_x)) * s_w
+    if acc_scale.size == 1:
+        acc_scale = np.broadcast_to(acc_scale, (channels,))
+    codes, fine, fused = None, 0, False
+    if bias_codes is not None:
+        codes = np.broadcast_to(np.asarray(bias_codes, np.int64), acc_scale.shape)
+        fused = True
+    elif bias is not None:
+        lsb = np.broadcast_to(np.asarray(bias, np.float64), acc_scale.shape) / acc_scale
+        fine = gemm_fine_bits(terms, x_bits, w_bits, lsb)
+        codes = np.clip(round_float(lsb * 2.0**fine, mode), *qrange(32))
+        codes = codes.astype(np.int64)
+    real = acc_scale * 2.0**-fine * inv_scale(s_out)
+    multiplier, shift = requantize_multipliers(real)
+    return GemmRequant(multiplier, shift, codes, fine, fused)
+
+
+def gemm_output(
+    acc: np.ndarray,
+    req: GemmRequant,
+    qmin: int,
+    qmax: int,
+    axis: int,
+    mode: str = HALF_EVEN,
+) -> np.ndarray:
+    """Output codes of a gemm from its exact accumulator (int64, before any bias).
+
+    The integer pipeline step by step: the si32 accumulator, shifted left by
+    ``fine`` (saturating to si32), plus the bias codes (saturating to si32), then
+    ``requantize``, clamped to ``[qmin, qmax]``.
+    """
+    acc = np.asarray(acc, np.int64)
+    if req.bias is not None and req.fused_bias:
+        acc = saturate(acc + _along(req.bias, acc.ndim, axis), 32)
+    elif req.bias is not None:
+        acc = saturate(acc, 32)
+        if req.fine:
+            acc = saturate(shift_round(acc, -req.fine, mode), 32)
+        acc = saturate(acc + _along(req.bias, acc.ndim, axis), 32)
+    else:
+        acc = saturate(acc, 32)
+    channels_axis = axis if req.multiplier.size > 1 else None
+    return requantize(
+        acc, req.multiplier, req.shift, 0, qmin, qmax, channels_axis, mode
+    )
+
+
+@dataclass(frozen=True)
+class GemmGrids:
+    """The code grids around a fixed-point gemm, each a float32 scale and a width:
+    the input (per tensor), the weight (per weight channel, or one) and the output
+    (per tensor). Zero points are 0."""
+
+    x_scale: float
+    x_bits: int
+    w_scales: tuple[float, ...]
+    w_bits: int
+    out_scale: float
+    out_bits: int
+
+
+def fixed_point_gemm(
+    grids: GemmGrids,
+    x: np.ndarray,
+    w: np.ndarray,
+    gemm: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    *,
+    bias: np.ndarray | None,
+    terms: int,
+    axis: int,
+    w_axis: int | None,
+    mode: str = HALF_EVEN,
+) -> np.ndarray:
+    """What the integer pipeline computes for a quantized conv / linear / matmul,
+    as the float32 values ``q * s_out`` of its output codes.
+
+    ``x`` and ``w`` hold values on their grids (``fl32(q * s)``, as fake
+    quantization leaves them); their codes are recovered exactly, ``gemm`` (a
+    float64 conv / linear / matmul of the caller's) sums the code products exactly
+    (each partial sum is an integer below ``2**53``), and ``gemm_requantization``
+    + ``gemm_output`` turn the accumulator into output codes, saturated to the
+    output width. ``axis`` is the output channel axis, ``w_axis`` the weight's
+    channel axis (None for one weight scale).
+    """
+    if terms * (1 << (grids.x_bits - 1)) * (1 << (grids.w_bits - 1)) > 2**53:
+        raise ValueError(f"a {terms}-term accumulation may exceed 2**53")
+    qx = quantize(x, grids.x_scale, 0, *qrange(grids.x_bits))
+    w_scales = np.asarray(grids.w_scales, np.float32)
+    qw = quantize(w, w_scales, 0, *qrange(grids.w_bits), axis=w_axis)
+    acc = np.rint(gemm(qx.astype(np.float64), qw.astype(np.float64))).astype(np.int64)
+    channels = acc.shape[axis]
+    req = gemm_requantization(
+        grids.x_scale,
+        np.resize(w_scales, channels) if w_scales.size > 1 else w_scales,
+        grids.out_scale,
+        terms=terms,
+        x_bits=grids.x_bits,
+        w_bits=grids.w_bits,
+        bias=bias,
+        channels=channels,
+        mode=mode,
+    )
+    codes = gemm_output(acc, req, *qrange(grids.out_bits), axis, mode)
+    return dequantize(codes, grids.out_scale, 0)
+
+
 # ----------------------------------------------------------------- integer division
 
 

@@ -16,8 +16,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from xdsl.ir import Operation
 
 from hbir.dialects import hbir as hb
+from hbir.dialects import qnt
 from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization import stubs
@@ -115,13 +117,22 @@ def _weight_layer(op_builder):
             x, w = ex.cast(x, torch.float64), ex.cast(w, torch.float64)
         if getattr(mod, "padding_mode", "zeros") != "zeros":
             raise Unsupported(f"padding_mode={mod.padding_mode!r}")
-        y = ex.emit(op_builder(mod, x, w, b))
+        y = ex.emit(_exact_if(mod, op_builder(mod, x, w, b)))
         y = _activation(ex, y, getattr(mod, "fused_relu", None))
         if not isinstance(mod, qat.QATModule):
             return y
         return _output(ex, mod, y, dtype)
 
     return build
+
+
+def _exact_if(mod: nn.Module, op: Operation) -> Operation:
+    """Mark the gemm ``qnt.exact`` when the module's VALIDATION forward is the
+    fixed-point one (``qat_modules.gemm_grids``)."""
+    grids = getattr(mod, "fixed_point_grids", lambda: None)()
+    if grids is not None:
+        qnt.set_exact(op, grids)
+    return op
 
 
 def _conv2d(mod, x, w, b):
@@ -248,6 +259,10 @@ def _binary_module(ex: Exporter, node: fx.Node):
     like = a if not _is_number_value(a) else b
     dtype = ex.dtype(like)
     numbers = [_is_number_value(v) for v in (a, b)]
+    if isinstance(mod, qat.QuantMatmul) and not any(numbers):
+        if mod.fixed_point_grids() is not None:
+            y = ex.emit(_exact_if(mod, hb.MatmulOp(a, b)))
+            return _output(ex, mod, y, dtype)
     if getattr(mod, "exact_inputs", False) or getattr(mod, "exact", False):
         # A number is the float32 constant of the float32 forward, in float64.
         a, b = (_f64_number(ex, v) if _is_number_value(v) else v for v in (a, b))

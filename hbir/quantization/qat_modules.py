@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,6 +37,7 @@ from hbir.quantization.dtypes import qint32
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
 from hbir.quantization.observers import FixedScaleObserver
 from hbir.quantization.qconfig import QConfig
+from hbir.quantization.rounding import get_round_mode
 from hbir.runtime import numerics
 
 
@@ -118,6 +120,77 @@ def _exact_values(xs, fqs) -> tuple:
     return tuple(out)
 
 
+def _frozen_grid(fq) -> tuple[tuple[float, ...], int] | None:
+    """(float32 scales, width) of a fake quant that rounds on a fixed symmetric
+    signed grid of 8 or 16 bits (VALIDATION: enabled, not observing), else None."""
+    if not isinstance(fq, FakeQuantize):
+        return None
+    if not fq.fake_quant_enabled[0] or fq.observer_enabled[0]:
+        return None
+    if bool(torch.any(fq.zero_point != 0)):
+        return None
+    bits = int(fq.quant_max).bit_length() + 1
+    if bits not in (8, 16) or int(fq.quant_max) != (1 << (bits - 1)) - 1:
+        return None
+    if int(fq.quant_min) not in (-(1 << (bits - 1)), -(1 << (bits - 1)) + 1):
+        return None  # the full or the narrow range
+    scales = fq.scale.detach().cpu().to(torch.float32).reshape(-1).tolist()
+    return tuple(scales), bits
+
+
+def gemm_grids(module: QATModule, fq_x, fq_w) -> numerics.GemmGrids | None:
+    """The grids of ``module``'s fixed-point forward (``numerics.fixed_point_gemm``)
+    when its input, weight and output fake quants are all frozen (VALIDATION) and
+    the module is not at consistency level 2 (``exact``, float64 on power-of-two
+    grids, which is exact already); else None, and the forward stays float."""
+    if module.exact or module.training:
+        return None
+    x, w = _frozen_grid(fq_x), _frozen_grid(fq_w)
+    y = _frozen_grid(module.activation_post_process)
+    if x is None or w is None or y is None or len(x[0]) != 1 or len(y[0]) != 1:
+        return None
+    return numerics.GemmGrids(x[0][0], x[1], w[0], w[1], y[0][0], y[1])
+
+
+class _Substitute(torch.autograd.Function):
+    """Forward ``exact``; backward the gradient of ``approx`` (straight through)."""
+
+    @staticmethod
+    def forward(ctx, approx, exact):
+        return exact.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _fixed_point(grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis):
+    """The integer pipeline's output values (``numerics.fixed_point_gemm``) of
+    ``gemm`` (a float conv / linear / matmul), with the float gemm's gradient
+    when one is needed."""
+
+    def accumulate(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return gemm(torch.from_numpy(a), torch.from_numpy(c), None).numpy()
+
+    y = numerics.fixed_point_gemm(
+        grids,
+        x.detach().cpu().float().numpy(),
+        w.detach().cpu().float().numpy(),
+        accumulate,
+        bias=None if bias is None else bias.detach().cpu().double().numpy(),
+        terms=terms,
+        axis=axis,
+        w_axis=w_axis if len(grids.w_scales) > 1 else None,
+        mode=get_round_mode(),
+    )
+    exact = torch.from_numpy(y).to(x.device)
+    if torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, w, bias)
+    ):
+        return _Substitute.apply(gemm(x, w, bias), exact)
+    return exact
+
+
 # ----------------------------------------------------------------- stubs
 
 
@@ -187,6 +260,13 @@ class _WeightLayer(QATModule):
         zero = torch.zeros(scale.shape, dtype=torch.int32)
         return fake_quantize(self.bias.double(), scale, zero, qint32.min, qint32.max, 0)
 
+    def fixed_point_grids(self) -> numerics.GemmGrids | None:
+        """The grids of the fixed-point VALIDATION forward (``gemm_grids``)."""
+        if getattr(self, "padding_mode", "zeros") != "zeros":
+            return None
+        fqs = self.input_fake_quants()
+        return gemm_grids(self, fqs[0] if fqs else None, self.weight_fake_quant)
+
     def _inputs(self, x: torch.Tensor):
         """(input, fake-quantized weight, bias) in the forward's precision."""
         (x,) = self._quant_inputs(x)
@@ -232,11 +312,23 @@ class Conv2d(_WeightLayer, nn.Conv2d):
         qat.weight, qat.bias = mod.weight, mod.bias
         return qat
 
+    def _gemm(self, x, weight, bias):
+        return F.conv2d(
+            x, weight, bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x, weight, bias = self._inputs(x)
-        out = _apply_relu(self._conv_forward(x, weight, bias), self.fused_relu)
-        return self._output(out, dtype)
+        grids = self.fixed_point_grids()
+        if grids is None:
+            out = self._conv_forward(x, weight, bias)
+        else:
+            terms = weight[0].numel()
+            out = _fixed_point(
+                grids, x, weight, bias, self._gemm, terms=terms, axis=1, w_axis=0
+            )
+        return self._output(_apply_relu(out, self.fused_relu), dtype)
 
 
 class ConvTranspose2d(_WeightLayer, nn.ConvTranspose2d):
@@ -274,10 +366,8 @@ class ConvTranspose2d(_WeightLayer, nn.ConvTranspose2d):
         # Output channel g * (out / groups) + j uses weight channel j.
         return self.weight_fake_quant.scale.repeat(self.groups)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x, weight, bias = self._inputs(x)
-        out = F.conv_transpose2d(
+    def _gemm(self, x, weight, bias):
+        return F.conv_transpose2d(
             x,
             weight,
             bias,
@@ -287,6 +377,19 @@ class ConvTranspose2d(_WeightLayer, nn.ConvTranspose2d):
             self.groups,
             self.dilation,
         )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x, weight, bias = self._inputs(x)
+        grids = self.fixed_point_grids()
+        if grids is None:
+            out = self._gemm(x, weight, bias)
+        else:
+            # Each output sums (C_in / groups) * kH * kW products.
+            terms = weight.shape[0] // self.groups * weight[0, 0].numel()
+            out = _fixed_point(
+                grids, x, weight, bias, self._gemm, terms=terms, axis=1, w_axis=1
+            )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
 
@@ -317,8 +420,15 @@ class Linear(_WeightLayer, nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x, weight, bias = self._inputs(x)
-        out = _apply_relu(F.linear(x, weight, bias), self.fused_relu)
-        return self._output(out, dtype)
+        grids = self.fixed_point_grids()
+        if grids is None:
+            out = F.linear(x, weight, bias)
+        else:
+            terms = weight.shape[1]
+            out = _fixed_point(
+                grids, x, weight, bias, F.linear, terms=terms, axis=-1, w_axis=0
+            )
+        return self._output(_apply_relu(out, self.fused_relu), dtype)
 
 
 class QuantAffine(_WeightLayer, nn.Module):
@@ -615,6 +725,26 @@ class QuantMatmul(_Binary):
 
     def compute(self, a, b):
         return torch.matmul(a, b)
+
+    def fixed_point_grids(self) -> numerics.GemmGrids | None:
+        """The grids of the fixed-point VALIDATION forward (``gemm_grids``), the
+        right operand in the weight's place."""
+        fqs = tuple(self.input_fake_quants()) + (None, None)
+        return gemm_grids(self, fqs[0], fqs[1])
+
+    def forward(self, a, b) -> torch.Tensor:
+        grids = self.fixed_point_grids()
+        if grids is None or not (torch.is_tensor(a) and torch.is_tensor(b)):
+            return super().forward(a, b)
+        a, b = self._quant_inputs(a, b)
+        out = _fixed_point(
+            grids, a, b, None, _matmul, terms=a.shape[-1], axis=-1, w_axis=None
+        )
+        return self._output(out, a.dtype)
+
+
+def _matmul(a, b, bias):
+    return torch.matmul(a, b)
 
 
 class QuantCat(QATModule):
