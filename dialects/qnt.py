@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     f32,
     f64,
+    i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
@@ -358,34 +359,49 @@ class BarrierOp(IRDLOperation):
 # ----------------------------------------------------------------- qnt.exact
 
 EXACT = "qnt.exact"
-_EXACT_FIELDS = ("input", "weight", "output")
 
 
-def set_exact(op: Operation, grids: numerics.GemmGrids) -> None:
-    """Mark a float gemm as computing its integer lowering's numbers (``exact``)."""
-    op.attributes[EXACT] = DictionaryAttr(
-        {
-            "input": DenseArrayBase.from_list(f32, [grids.x_scale]),
-            "input_bits": IntegerAttr(grids.x_bits, 64),
-            "weight": DenseArrayBase.from_list(f32, list(grids.w_scales)),
-            "weight_bits": IntegerAttr(grids.w_bits, 64),
-            "output": DenseArrayBase.from_list(f32, [grids.out_scale]),
-            "output_bits": IntegerAttr(grids.out_bits, 64),
-        }
-    )
+def set_exact(op: Operation, grids: numerics.Grids) -> None:
+    """Mark an op as computing its integer lowering's numbers (see ``exact``)."""
+    entries: dict[str, Attribute] = {
+        "input": DenseArrayBase.from_list(f32, list(grids.in_scales)),
+        "input_bits": DenseArrayBase.from_list(i64, list(grids.in_bits)),
+        "output": DenseArrayBase.from_list(f32, [grids.out_scale]),
+        "output_bits": IntegerAttr(grids.out_bits, 64),
+    }
+    if grids.w_scales:
+        entries["weight"] = DenseArrayBase.from_list(f32, list(grids.w_scales))
+        entries["weight_bits"] = IntegerAttr(grids.w_bits, 64)
+    op.attributes[EXACT] = DictionaryAttr(entries)
 
 
-def exact(op: Operation) -> numerics.GemmGrids | None:
-    """The grids of a gemm marked ``qnt.exact``, None for an unmarked op.
+def _scales(attr: Attribute | None, name: str, zero_ok: bool) -> tuple[float, ...]:
+    if not (isinstance(attr, DenseArrayBase) and attr.elt_type == f32):
+        raise VerifyException(f"{EXACT} {name} must be an array<f32: ...>")
+    got = tuple(float(v) for v in attr.get_values())
+    ok = all(math.isfinite(v) and (v > 0 or (zero_ok and v == 0)) for v in got)
+    if not got or not ok:
+        raise VerifyException(f"{EXACT} {name} scales must be positive and finite")
+    return got
 
-    ``qnt.exact = {input = array<f32: s_x>, input_bits = 8, weight = array<f32:
-    s_w...>, weight_bits = 8, output = array<f32: s_y>, output_bits = 8}`` on a
-    float conv2d / conv_transpose2d / linear / matmul says: the inputs hold values
-    on these grids, and the op computes what its integer lowering computes
-    (``numerics.fixed_point_gemm``: exact accumulation, the bias and the one
-    requantization convert chooses) and returns the output codes times ``s_y``.
-    Export writes it for QAT modules evaluated in VALIDATION below consistency
-    level 2; removing a fake quant next to the op (``remove-fake-quant``) drops it.
+
+def _width(attr: Attribute | None, name: str) -> int:
+    if not isinstance(attr, IntegerAttr) or attr.value.data not in (8, 16, 32):
+        raise VerifyException(f"{EXACT} {name} must be 8, 16 or 32")
+    return attr.value.data
+
+
+def exact(op: Operation) -> numerics.Grids | None:
+    """The grids of an op marked ``qnt.exact``, None for an unmarked op.
+
+    ``qnt.exact = {input = array<f32: s_a, ...>, input_bits = array<i64: 8, ...>,
+    output = array<f32: s_y>, output_bits = 8 : i64}`` (a gemm adds ``weight =
+    array<f32: s_w...>, weight_bits = 8 : i64``) on a float op says: its operands
+    hold values on these grids (an input scale of 0 marks a float constant), and
+    the op computes what its integer lowering computes, including the one
+    requantization onto ``output``, and returns the output codes times ``s_y``
+    (``numerics.fixed_point_gemm`` and its kin). Export writes it for QAT modules
+    evaluated in VALIDATION below consistency level 2.
     """
     attr = op.attributes.get(EXACT)
     if attr is None:
@@ -393,33 +409,38 @@ def exact(op: Operation) -> numerics.GemmGrids | None:
     if not isinstance(attr, DictionaryAttr):
         raise VerifyException(f"{EXACT} must be a dictionary, got {attr}")
     fields = attr.data
-    expected = {f for name in _EXACT_FIELDS for f in (name, name + "_bits")}
+    expected = {"input", "input_bits", "output", "output_bits"}
+    if "weight" in fields or "weight_bits" in fields:
+        expected |= {"weight", "weight_bits"}
     if set(fields) != expected:
         raise VerifyException(
             f"{EXACT} needs exactly the entries {sorted(expected)}, got "
             f"{sorted(fields)}"
         )
-    values: dict[str, tuple[float, ...]] = {}
-    bits: dict[str, int] = {}
-    for name in _EXACT_FIELDS:
-        scales, width = fields[name], fields[name + "_bits"]
-        if not (isinstance(scales, DenseArrayBase) and scales.elt_type == f32):
-            raise VerifyException(f"{EXACT} {name} must be an array<f32: ...>")
-        if not isinstance(width, IntegerAttr) or width.value.data not in (8, 16):
-            raise VerifyException(f"{EXACT} {name}_bits must be 8 or 16")
-        got = tuple(float(v) for v in scales.get_values())
-        if not got or not all(v > 0 and math.isfinite(v) for v in got):
-            raise VerifyException(f"{EXACT} {name} scales must be positive and finite")
-        if name != "weight" and len(got) != 1:
-            raise VerifyException(f"{EXACT} {name} must hold one scale")
-        values[name], bits[name] = got, width.value.data
-    return numerics.GemmGrids(
-        values["input"][0],
-        bits["input"],
-        values["weight"],
-        bits["weight"],
-        values["output"][0],
-        bits["output"],
+    in_scales = _scales(fields["input"], "input", zero_ok=True)
+    in_bits = fields["input_bits"]
+    if not (isinstance(in_bits, DenseArrayBase) and in_bits.elt_type == i64):
+        raise VerifyException(f"{EXACT} input_bits must be an array<i64: ...>")
+    bits = tuple(int(b) for b in in_bits.get_values())
+    if len(bits) != len(in_scales) or any(b not in (8, 16, 32) for b in bits):
+        raise VerifyException(
+            f"{EXACT} input_bits needs one width (8, 16 or 32) per input scale"
+        )
+    out = _scales(fields["output"], "output", zero_ok=False)
+    if len(out) != 1:
+        raise VerifyException(f"{EXACT} output must hold one scale")
+    weight: tuple[float, ...] = ()
+    w_bits = 0
+    if "weight" in fields:
+        weight = _scales(fields["weight"], "weight", zero_ok=False)
+        w_bits = _width(fields["weight_bits"], "weight_bits")
+    return numerics.Grids(
+        in_scales,
+        bits,
+        out[0],
+        _width(fields["output_bits"], "output_bits"),
+        weight,
+        w_bits,
     )
 
 

@@ -35,7 +35,6 @@ axis that does not broadcast) stays float.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,18 +53,6 @@ from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of, si, tensor_type
 from hbir.passes import fixed_point as fp
 from hbir.runtime import numerics
-
-HEADROOM_BITS = 29  # |each rescaled operand sum| <= 2**29 < 2**31
-CONSTANT_BITS = 14  # a float constant factor: |codes| <= 2**14
-
-
-def _exact_exponent(scales: np.ndarray) -> int:
-    """The largest e with every scale an integer multiple of 2**e."""
-    exponents = []
-    for s in np.asarray(scales, np.float64).reshape(-1):
-        num, den = float(s).as_integer_ratio()
-        exponents.append((num & -num).bit_length() - 1 - (den.bit_length() - 1))
-    return min(exponents)
 
 
 def _out_axis(codes: fp.Codes, out_rank: int) -> int | None:
@@ -117,18 +104,14 @@ def _magnitude_bits(c: fp.Codes) -> int:
 def grid_exponent(operands: list[_Operand]) -> int:
     """The power-of-two grid 2**e that add / sub accumulate on (see module doc)."""
     coded = [o.codes for o in operands if o.codes is not None]
-    exact = min(_exact_exponent(c.scales) for c in coded)
-    extent = sum(
-        2.0 ** _magnitude_bits(c) * float(np.max(c.scales.astype(np.float64)))
-        for c in coded
-    )
-    extent += sum(
+    absmax = sum(
         float(np.max(np.abs(o.constant), initial=0.0))
         for o in operands
         if o.constant is not None
     )
-    headroom = math.ceil(math.log2(extent)) - HEADROOM_BITS
-    return max(exact, headroom)
+    return numerics.add_grid_exponent(
+        [c.scales for c in coded], [_magnitude_bits(c) for c in coded], absmax
+    )
 
 
 def _on_grid(
@@ -136,8 +119,9 @@ def _on_grid(
 ) -> tuple[list[Operation], SSAValue]:
     """An operand as si32 values on the grid 2**e."""
     if o.constant is not None:
-        codes = numerics.round_float(o.constant * 2.0**-e, rounding)
-        const = fp.int_constant(np.clip(codes, *numerics.qrange(32)), 32)
+        const = fp.int_constant(
+            numerics.constant_on_add_grid(o.constant, e, rounding), 32
+        )
         return [const], const.output
     c = o.codes
     real = c.scales.astype(np.float64) * 2.0**-e
@@ -201,13 +185,12 @@ class LowerAddSub(RewritePattern):
 
 
 def _constant_codes(values: np.ndarray) -> fp.Codes | None:
-    """A float constant factor as si16 codes (see module doc); None if all zero."""
-    absmax = float(np.max(np.abs(values), initial=0.0))
-    if absmax == 0.0:
+    """A float constant factor as si16 codes (``numerics.constant_factor``); None
+    if all zero."""
+    factor = numerics.constant_factor(values)
+    if factor is None:
         return None
-    scale = np.float32(absmax / 2**CONSTANT_BITS)
-    codes = np.rint(values / np.float64(scale)).astype(np.int64)
-    codes = np.clip(codes, -(2**CONSTANT_BITS), 2**CONSTANT_BITS)
+    codes, scale = factor
     const = fp.int_constant(codes, 16)
     return fp.Codes(const.output, np.array([scale], np.float32), None, 16)
 

@@ -168,14 +168,7 @@ def consumer_of(value: SSAValue, rounding: str) -> Consumer | None:
     if chain:
         scale = np.float32(user.scales.get_values()[0])
         width = tensor_type(user.output).element_type.width.data
-        qmin, qmax = numerics.qrange(width)
-        bounds = [
-            int(numerics.quantize(np.float32(b), scale, 0, qmin, qmax, mode=rounding))
-            if math.isfinite(b)
-            else (qmin if b < 0 else qmax)
-            for b in (lo, hi)
-        ]
-        clip = (bounds[0], bounds[1])
+        clip = numerics.clip_codes(lo, hi, scale, width, rounding)
     return Consumer(user, chain, clip)
 
 

@@ -45,6 +45,7 @@ from xdsl.rewriter import InsertPoint
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import tensor_type
 from hbir.passes import fixed_point as fp
+from hbir.runtime import numerics
 
 
 class FoldRequantize(RewritePattern):
@@ -67,8 +68,7 @@ class FoldRequantize(RewritePattern):
             if op.input is not value or not fp.is_plain_quantize(op):
                 return
             consumer = fp.Consumer(op, [], None)
-        same_scale = np.float32(codes.scales[0]) == np.float32(consumer.scale)
-        real = 1.0 if same_scale else np.float64(codes.scales[0]) * consumer.inv_scale
+        real = numerics.rescale_factor(codes.scales[0], consumer.scale)
         same_type = tensor_type(codes.codes).element_type == consumer.element
         if real == 1.0 and consumer.clip is None and same_type:
             rewriter.replace_all_uses_with(op.output, codes.codes)

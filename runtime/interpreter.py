@@ -43,12 +43,13 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import dense_array, numpy_dtype
+from hbir.errors import HbirError
 from hbir.runtime import numerics, op_table
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
 
-class InterpreterError(RuntimeError):
+class InterpreterError(HbirError, RuntimeError):
     """An op that could not be executed; the message starts with its location."""
 
 
@@ -155,10 +156,18 @@ def _lut_forward(op, x: np.ndarray, config, rounding: str) -> np.ndarray:
     ).astype(x.dtype)
 
 
-def _elementwise(float_fn: Callable, int_fn: Callable | None) -> Kernel:
-    """Float: the torch op. Integer: the numpy op in int64, saturated to the result."""
+def _elementwise(
+    float_fn: Callable, int_fn: Callable | None, exact: str | None = None
+) -> Kernel:
+    """Float: the torch op. Integer: the numpy op in int64, saturated to the result.
+    Marked ``qnt.exact`` (add / sub / mul): ``numerics.fixed_point_binary``."""
 
-    def kernel(op: Operation, *args: np.ndarray) -> tuple[np.ndarray, ...]:
+    def kernel(
+        op: Operation, *args: np.ndarray, rounding: str = numerics.HALF_EVEN
+    ) -> tuple[np.ndarray, ...]:
+        if exact is not None and qnt.EXACT in op.attributes:
+            y = numerics.fixed_point_binary(exact, qnt.exact(op), *args, rounding)
+            return (_float_out(op, torch.from_numpy(y)),)
         if _is_float(args[0]):
             return (_float_out(op, float_fn(*map(_t, args))),)
         if int_fn is None:
@@ -172,9 +181,15 @@ def _relu_int(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0)
 
 
-def _clip(op: hbir.ClipOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Float: torch.clamp. Integer: clip to the bounds rounded half-to-even."""
+def _clip(
+    op: hbir.ClipOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
+    """Float: torch.clamp; marked ``qnt.exact``: ``numerics.fixed_point_clip``.
+    Integer: clip to the bounds rounded half-to-even."""
     lo, hi = op.min.value.data, op.max.value.data
+    if qnt.EXACT in op.attributes:
+        y = numerics.fixed_point_clip(qnt.exact(op), x, lo, hi, rounding)
+        return (_float_out(op, torch.from_numpy(y)),)
     if _is_float(x):
         return (_float_out(op, torch.clamp(_t(x), lo, hi)),)
     lo, hi = round(lo), round(hi)  # Python's round() is half-to-even
@@ -676,9 +691,9 @@ KERNELS: dict[type[Operation], Kernel] = {
     hbir.SiluOp: _unary_float(F.silu),
     hbir.HardsigmoidOp: _unary_float(F.hardsigmoid),
     hbir.HardswishOp: _unary_float(F.hardswish),
-    hbir.AddOp: _elementwise(torch.add, np.add),
-    hbir.SubOp: _elementwise(torch.sub, np.subtract),
-    hbir.MulOp: _elementwise(torch.mul, np.multiply),
+    hbir.AddOp: _elementwise(torch.add, np.add, "add"),
+    hbir.SubOp: _elementwise(torch.sub, np.subtract, "sub"),
+    hbir.MulOp: _elementwise(torch.mul, np.multiply, "mul"),
     hbir.DivOp: _elementwise(torch.div, None),
     hbir.MaximumOp: _elementwise(torch.maximum, np.maximum),
     hbir.MinimumOp: _elementwise(torch.minimum, np.minimum),
@@ -751,7 +766,7 @@ def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
 
 
 # Kernels whose result depends on the model's rounding mode: fake quantization,
-# the lookup-table ops of the op table and the gemms (``qnt.exact``).
+# the lookup-table ops of the op table and the ops ``qnt.exact`` can mark.
 _ROUNDED = (
     {qnt.ConstFakeQuantOp}
     | {cls for cls in KERNELS if cls.name in op_table.LUT_TABLES}

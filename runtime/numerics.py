@@ -404,21 +404,33 @@ def gemm_output(
 
 
 @dataclass(frozen=True)
-class GemmGrids:
-    """The code grids around a fixed-point gemm, each a float32 scale and a width:
-    the input (per tensor), the weight (per weight channel, or one) and the output
-    (per tensor). Zero points are 0."""
+class Grids:
+    """The code grids around an op that computes its integer lowering's numbers
+    (``qnt.exact``): each a float32 scale and a width, zero points 0.
 
-    x_scale: float
-    x_bits: int
-    w_scales: tuple[float, ...]
-    w_bits: int
+    ``in_scales`` has one entry per operand (0.0 marks a float constant operand,
+    which the lowering puts on a grid of its own); a gemm has one input and its
+    weight in ``w_scales`` (per weight channel, or one).
+    """
+
+    in_scales: tuple[float, ...]
+    in_bits: tuple[int, ...]
     out_scale: float
     out_bits: int
+    w_scales: tuple[float, ...] = ()
+    w_bits: int = 0
+
+    @property
+    def x_scale(self) -> float:
+        return self.in_scales[0]
+
+    @property
+    def x_bits(self) -> int:
+        return self.in_bits[0]
 
 
 def fixed_point_gemm(
-    grids: GemmGrids,
+    grids: Grids,
     x: np.ndarray,
     w: np.ndarray,
     gemm: Callable[[np.ndarray, np.ndarray], np.ndarray],
@@ -460,6 +472,166 @@ def fixed_point_gemm(
     )
     codes = gemm_output(acc, req, *qrange(grids.out_bits), axis, mode)
     return dequantize(codes, grids.out_scale, 0)
+
+
+# ----------------------------------------------------------------- rescale, add, mul
+
+# add / sub accumulate on a power-of-two grid 2**e with |each operand| <= 2**29.
+ADD_HEADROOM_BITS = 29
+# A float constant factor of a mul becomes codes with |codes| <= 2**14.
+CONSTANT_FACTOR_BITS = 14
+
+
+def clip_codes(lo: float, hi: float, scale, bits: int, mode: str = HALF_EVEN):
+    """A relu / clip's float bounds as codes of the output grid (quantized as
+    quantization does); an infinite bound is the type's own limit."""
+    qmin, qmax = qrange(bits)
+    return tuple(
+        int(quantize(np.float32(b), scale, 0, qmin, qmax, mode=mode))
+        if math.isfinite(b)
+        else (qmin if b < 0 else qmax)
+        for b in (lo, hi)
+    )
+
+
+def rescale_factor(s_in, s_out) -> np.float64:
+    """The factor a rescale of codes from ``s_in`` to ``s_out`` multiplies by:
+    exactly 1 between equal scales, else ``s_in * fl32(1/s_out)``."""
+    if np.float32(s_in) == np.float32(s_out):
+        return np.float64(1.0)
+    return np.float64(np.float32(s_in)) * inv_scale(s_out)
+
+
+def rescale(
+    q: np.ndarray,
+    s_in,
+    s_out,
+    bits: int,
+    clip: tuple[int, int] | None = None,
+    mode: str = HALF_EVEN,
+) -> np.ndarray:
+    """Codes on ``s_in`` requantized onto ``s_out`` (one rounding), clamped to
+    ``clip`` (a relu / clip folded in) or the ``bits``-wide range."""
+    m, shift = requantize_multipliers(rescale_factor(s_in, s_out))
+    lo, hi = clip if clip is not None else qrange(bits)
+    return requantize(q, m, shift, 0, lo, hi, mode=mode)
+
+
+def fixed_point_clip(
+    grids: Grids, x: np.ndarray, lo: float, hi: float, mode: str = HALF_EVEN
+) -> np.ndarray:
+    """What the integer pipeline computes for a quantized relu / clip between two
+    grids, as float32 values ``q * s_out``: the input codes rescaled onto the
+    output grid, clamped to the bounds' output codes (``clip_codes``)."""
+    q = quantize(x, grids.x_scale, 0, *qrange(grids.x_bits))
+    clip = clip_codes(lo, hi, grids.out_scale, grids.out_bits, mode)
+    out = rescale(q, grids.x_scale, grids.out_scale, grids.out_bits, clip, mode)
+    return dequantize(out, grids.out_scale, 0)
+
+
+def exact_exponent(scales) -> int:
+    """The largest e with every scale an integer multiple of 2**e."""
+    exponents = []
+    for s in np.asarray(scales, np.float64).reshape(-1):
+        num, den = float(s).as_integer_ratio()
+        exponents.append((num & -num).bit_length() - 1 - (den.bit_length() - 1))
+    return min(exponents)
+
+
+def add_grid_exponent(scales, magnitude_bits, constant_absmax: float = 0.0) -> int:
+    """The power-of-two grid ``2**e`` an add / sub accumulates on.
+
+    ``scales`` (one array per coded operand) and ``magnitude_bits`` (a bound
+    ``|codes| <= 2**b`` per coded operand): the coarsest grid on which every scale
+    is an integer multiple (the rescale is exact), or, when that grid would
+    overflow, the finest with ``ADD_HEADROOM_BITS`` of room for the sum.
+    """
+    exact = min(exact_exponent(s) for s in scales)
+    extent = sum(
+        2.0**b * float(np.max(np.asarray(s, np.float64)))
+        for s, b in zip(scales, magnitude_bits, strict=True)
+    )
+    extent += constant_absmax
+    return max(exact, math.ceil(math.log2(extent)) - ADD_HEADROOM_BITS)
+
+
+def on_add_grid(q, scale, e: int, mode: str = HALF_EVEN, axis=None) -> np.ndarray:
+    """Codes on ``scale`` as si32 values on the grid ``2**e``."""
+    real = np.asarray(scale, np.float64).reshape(-1) * 2.0**-e
+    if np.all(real == 1.0):
+        return np.asarray(q, np.int64)
+    m, shift = requantize_multipliers(real)
+    lo, hi = qrange(32)
+    return requantize(q, m, shift, 0, lo, hi, axis if m.size > 1 else None, mode)
+
+
+def constant_on_add_grid(values, e: int, mode: str = HALF_EVEN) -> np.ndarray:
+    """A float constant operand of an add / sub on the grid ``2**e`` (si32)."""
+    codes = round_float(np.asarray(values, np.float64) * 2.0**-e, mode)
+    return np.clip(codes, *qrange(32)).astype(np.int64)
+
+
+def constant_factor(values) -> tuple[np.ndarray, np.float32] | None:
+    """A float constant factor of a mul as (si16 codes, scale); None if all zero.
+
+    ``scale = fl32(max|c| / 2**CONSTANT_FACTOR_BITS)``, codes rounded half to even
+    (a scalar is exact).
+    """
+    values = np.asarray(values, np.float64)
+    absmax = float(np.max(np.abs(values), initial=0.0))
+    if absmax == 0.0:
+        return None
+    scale = np.float32(absmax / 2**CONSTANT_FACTOR_BITS)
+    codes = np.rint(values / np.float64(scale)).astype(np.int64)
+    bound = 2**CONSTANT_FACTOR_BITS
+    return np.clip(codes, -bound, bound), scale
+
+
+def fixed_point_binary(
+    kind: str, grids: Grids, a: np.ndarray, b: np.ndarray, mode: str = HALF_EVEN
+) -> np.ndarray:
+    """What the integer pipeline computes for a quantized ``add`` / ``sub`` /
+    ``mul`` of per-tensor operands, as the float32 values ``q * s_out``.
+
+    An operand with grid scale 0 is a float constant (float32 values). add / sub:
+    each operand on the grid of ``add_grid_exponent`` (constants rounded onto
+    it), the si32 sum, one requantization by ``2**e * fl32(1/s_out)``. mul: the
+    si32 product of the codes (a constant as ``constant_factor`` codes), one
+    requantization by ``s_a * s_b * fl32(1/s_out)``.
+    """
+    operands = []
+    for v, s, bits in zip((a, b), grids.in_scales, grids.in_bits, strict=True):
+        v = np.asarray(v)
+        if s == 0.0:
+            operands.append((None, None, v.astype(np.float32).astype(np.float64)))
+        else:
+            operands.append((quantize(v, s, 0, *qrange(bits)), s, bits))
+    qmin, qmax = qrange(grids.out_bits)
+    if kind == "mul":
+        codes, scales = [], []
+        for q, s, v in operands:
+            if q is None:
+                q, s = constant_factor(v)
+            codes.append(q)
+            scales.append(np.float64(np.float32(s)))
+        product = saturate(codes[0] * codes[1], 32)
+        real = scales[0] * scales[1] * inv_scale(grids.out_scale)
+        m, shift = requantize_multipliers(real)
+        out = requantize(product, m, shift, 0, qmin, qmax, mode=mode)
+        return dequantize(out, grids.out_scale, 0)
+    coded = [(q, s, bits) for q, s, bits in operands if q is not None]
+    constants = [v for q, _, v in operands if q is None]
+    absmax = sum(float(np.max(np.abs(c), initial=0.0)) for c in constants)
+    scales, widths = [s for _, s, _ in coded], [b - 1 for _, _, b in coded]
+    e = add_grid_exponent(scales, widths, absmax)
+    terms = [
+        constant_on_add_grid(v, e, mode) if q is None else on_add_grid(q, s, e, mode)
+        for q, s, v in operands
+    ]
+    total = terms[0] + terms[1] if kind == "add" else terms[0] - terms[1]
+    m, shift = requantize_multipliers(2.0**e * inv_scale(grids.out_scale))
+    out = requantize(saturate(total, 32), m, shift, 0, qmin, qmax, mode=mode)
+    return dequantize(out, grids.out_scale, 0)
 
 
 # ----------------------------------------------------------------- integer division

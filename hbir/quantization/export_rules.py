@@ -127,8 +127,8 @@ def _weight_layer(op_builder):
 
 
 def _exact_if(mod: nn.Module, op: Operation) -> Operation:
-    """Mark the gemm ``qnt.exact`` when the module's VALIDATION forward is the
-    fixed-point one (``qat_modules.gemm_grids``)."""
+    """Mark ``op`` ``qnt.exact`` when the module's VALIDATION forward is the
+    fixed-point one (its ``fixed_point_grids``)."""
     grids = getattr(mod, "fixed_point_grids", lambda: None)()
     if grids is not None:
         qnt.set_exact(op, grids)
@@ -166,6 +166,13 @@ def _affine(ex: Exporter, node: fx.Node):
     x = ex.tensor(node.args[0])
     dtype = ex.dtype(x)
     (x,) = _inputs(ex, mod, [x])
+    if mod.fixed_point_grids() is not None and len(hb.shape_of(x)) == 4:
+        # The integer pipeline's numbers: the depthwise 1x1 conv (qnt.exact).
+        channels = mod.weight.numel()
+        w = _broadcast_weight(ex, mod, (channels, 1, 1, 1))
+        b = _bias(ex, mod, False)
+        conv = hb.Conv2dOp(x, w, b, (1, 1), (0, 0), (1, 1), channels)
+        return _output(ex, mod, ex.emit(_exact_if(mod, conv)), dtype)
     shape = tuple(torch.empty(mod.weight.shape).reshape(mod.view_shape).shape)
     w = _broadcast_weight(ex, mod, shape)
     b = _bias(ex, mod, mod.exact, shape)
@@ -238,7 +245,7 @@ def _unary_module(make):
 def _clamp_op(mod, x):
     lo = -INF if mod.min_value is None else float(mod.min_value)
     hi = INF if mod.max_value is None else float(mod.max_value)
-    return hb.ClipOp(x, lo, hi)
+    return _exact_if(mod, hb.ClipOp(x, lo, hi))
 
 
 # ----------------------------------------------------------------- binary / n-ary
@@ -259,10 +266,14 @@ def _binary_module(ex: Exporter, node: fx.Node):
     like = a if not _is_number_value(a) else b
     dtype = ex.dtype(like)
     numbers = [_is_number_value(v) for v in (a, b)]
-    if isinstance(mod, qat.QuantMatmul) and not any(numbers):
-        if mod.fixed_point_grids() is not None:
-            y = ex.emit(_exact_if(mod, hb.MatmulOp(a, b)))
-            return _output(ex, mod, y, dtype)
+    grids = mod.fixed_point_grids(a, b)
+    if grids is not None:
+        # The integer pipeline's numbers (qnt.exact): float32 operands, a number
+        # as the float32 constant of the forward.
+        a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
+        op = _BINARY_OPS[type(mod)](a, b)
+        qnt.set_exact(op, grids)
+        return _output(ex, mod, ex.emit(op), dtype)
     if getattr(mod, "exact_inputs", False) or getattr(mod, "exact", False):
         # A number is the float32 constant of the float32 forward, in float64.
         a, b = (_f64_number(ex, v) if _is_number_value(v) else v for v in (a, b))

@@ -138,18 +138,55 @@ def _frozen_grid(fq) -> tuple[tuple[float, ...], int] | None:
     return tuple(scales), bits
 
 
-def gemm_grids(module: QATModule, fq_x, fq_w) -> numerics.GemmGrids | None:
-    """The grids of ``module``'s fixed-point forward (``numerics.fixed_point_gemm``)
-    when its input, weight and output fake quants are all frozen (VALIDATION) and
-    the module is not at consistency level 2 (``exact``, float64 on power-of-two
-    grids, which is exact already); else None, and the forward stays float."""
-    if module.exact or module.training:
+def _grids(module: QATModule, fqs, fq_w=None) -> numerics.Grids | None:
+    """The grids of ``module``'s fixed-point forward when the fake quants of its
+    inputs (``fqs``), weight (``fq_w``, gemms) and output are all frozen
+    (VALIDATION), per tensor except the weight, and the module is not at
+    consistency level 2 (``exact``: float64 on power-of-two grids, exact
+    already); else None, and the forward stays float."""
+    if module.exact or module.training or not fqs:
         return None
-    x, w = _frozen_grid(fq_x), _frozen_grid(fq_w)
-    y = _frozen_grid(module.activation_post_process)
-    if x is None or w is None or y is None or len(x[0]) != 1 or len(y[0]) != 1:
+    grids = [_frozen_grid(fq) for fq in fqs]
+    out = _frozen_grid(module.activation_post_process)
+    if out is None or any(g is None or len(g[0]) != 1 for g in grids + [out]):
         return None
-    return numerics.GemmGrids(x[0][0], x[1], w[0], w[1], y[0][0], y[1])
+    weight, w_bits = (), 0
+    if fq_w is not None:
+        w = _frozen_grid(fq_w)
+        if w is None:
+            return None
+        weight, w_bits = w
+    return numerics.Grids(
+        tuple(g[0][0] for g in grids),
+        tuple(g[1] for g in grids),
+        out[0][0],
+        out[1],
+        weight,
+        w_bits,
+    )
+
+
+def gemm_grids(module: QATModule, fq_x, fq_w) -> numerics.Grids | None:
+    """The grids of a gemm's fixed-point forward (``_grids``)."""
+    if fq_w is None:
+        return None
+    return _grids(module, [fq_x], fq_w)
+
+
+def _numpy(v) -> np.ndarray:
+    """A tensor as a float32 array; a number as the float32 constant export emits."""
+    if torch.is_tensor(v):
+        return v.detach().cpu().float().numpy()
+    return np.full((), np.float32(v), np.float32)
+
+
+def _with_gradient(approx: torch.Tensor, exact: np.ndarray) -> torch.Tensor:
+    """``exact`` (the integer pipeline's values) with ``approx``'s gradient when
+    one is needed (straight through)."""
+    y = torch.from_numpy(exact).to(approx.device)
+    if torch.is_grad_enabled() and approx.requires_grad:
+        return _Substitute.apply(approx, y)
+    return y
 
 
 class _Substitute(torch.autograd.Function):
@@ -174,8 +211,8 @@ def _fixed_point(grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis):
 
     y = numerics.fixed_point_gemm(
         grids,
-        x.detach().cpu().float().numpy(),
-        w.detach().cpu().float().numpy(),
+        _numpy(x),
+        _numpy(w),
         accumulate,
         bias=None if bias is None else bias.detach().cpu().double().numpy(),
         terms=terms,
@@ -183,12 +220,10 @@ def _fixed_point(grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis):
         w_axis=w_axis if len(grids.w_scales) > 1 else None,
         mode=get_round_mode(),
     )
-    exact = torch.from_numpy(y).to(x.device)
-    if torch.is_grad_enabled() and any(
+    needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, w, bias)
-    ):
-        return _Substitute.apply(gemm(x, w, bias), exact)
-    return exact
+    )
+    return _with_gradient(gemm(x, w, bias) if needs_grad else x.detach(), y)
 
 
 # ----------------------------------------------------------------- stubs
@@ -260,7 +295,7 @@ class _WeightLayer(QATModule):
         zero = torch.zeros(scale.shape, dtype=torch.int32)
         return fake_quantize(self.bias.double(), scale, zero, qint32.min, qint32.max, 0)
 
-    def fixed_point_grids(self) -> numerics.GemmGrids | None:
+    def fixed_point_grids(self) -> numerics.Grids | None:
         """The grids of the fixed-point VALIDATION forward (``gemm_grids``)."""
         if getattr(self, "padding_mode", "zeros") != "zeros":
             return None
@@ -474,9 +509,29 @@ class QuantAffine(_WeightLayer, nn.Module):
         bias = nn.Parameter(beta - bn.running_mean * gamma * inv_std)
         return cls(qconfig, weight, bias, (-1,) + (1,) * (rank - 2))
 
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """A batch-norm affine (``view_shape (-1, 1, 1)``) in VALIDATION below
+        level 2 is a depthwise 1x1 conv with the gemm's fixed-point forward
+        (``gemm_grids``); export writes it as that conv."""
+        if self.view_shape != (-1, 1, 1) or self.weight.dim() != 1:
+            return None
+        fqs = self.input_fake_quants()
+        return gemm_grids(self, fqs[0] if fqs else None, self.weight_fake_quant)
+
+    def depthwise(self, x, weight, bias):
+        """``x * w[c] + b[c]`` over NCHW as the depthwise 1x1 conv it is."""
+        w = weight.reshape(-1, 1, 1, 1)
+        return F.conv2d(x, w, bias, groups=w.shape[0])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x, weight, bias = self._inputs(x)
+        grids = self.fixed_point_grids() if x.dim() == 4 else None
+        if grids is not None:
+            out = _fixed_point(
+                grids, x, weight, bias, self.depthwise, terms=1, axis=1, w_axis=0
+            )
+            return self._output(out, dtype)
         out = x * weight.reshape(self.view_shape)
         if bias is not None:
             out = out + bias.reshape(self.view_shape)
@@ -629,11 +684,30 @@ class Clamp(QATModule):
         self._init_quant(qconfig)
         self.min_value, self.max_value = min_value, max_value
 
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """The grids of the fixed-point VALIDATION forward: the input's codes
+        rescaled onto the output grid, clipped (``numerics.rescale``)."""
+        fqs = self.input_fake_quants()
+        return _grids(self, fqs[:1])
+
+    def bounds(self) -> tuple[float, float]:
+        lo = -math.inf if self.min_value is None else float(self.min_value)
+        hi = math.inf if self.max_value is None else float(self.max_value)
+        return lo, hi
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
-        return self.activation_post_process(
-            torch.clamp(x, self.min_value, self.max_value)
-        )
+        grids = self.fixed_point_grids()
+        if grids is None:
+            y = torch.clamp(x, self.min_value, self.max_value)
+        else:
+            y = _with_gradient(
+                torch.clamp(x, self.min_value, self.max_value),
+                numerics.fixed_point_clip(
+                    grids, _numpy(x), *self.bounds(), get_round_mode()
+                ),
+            )
+        return self.activation_post_process(y)
 
     def extra_repr(self) -> str:
         return f"min_value={self.min_value}, max_value={self.max_value}"
@@ -680,9 +754,37 @@ class _Binary(QATModule):
     def compute(self, a, b) -> torch.Tensor:
         raise NotImplementedError
 
+    def fixed_point_grids(self, a, b) -> numerics.Grids | None:
+        """The grids of the fixed-point VALIDATION forward of ``a op b`` (add /
+        sub / mul: ``numerics.fixed_point_binary``); a Python number operand is a
+        float constant (scale 0)."""
+        if self.op not in ("add", "sub", "mul"):
+            return None
+        numbers = [isinstance(v, int | float) for v in (a, b)]
+        if all(numbers):
+            return None
+        if self.op == "mul" and any(
+            n and float(np.float32(v)) == 0.0
+            for v, n in zip((a, b), numbers, strict=True)
+        ):
+            return None  # convert keeps a product by zero in float
+        grids = _grids(self, self.input_fake_quants()[: numbers.count(False)])
+        if grids is None:
+            return None
+        scales, bits = iter(grids.in_scales), iter(grids.in_bits)
+        in_scales = tuple(0.0 if n else next(scales) for n in numbers)
+        in_bits = tuple(32 if n else next(bits) for n in numbers)
+        return numerics.Grids(in_scales, in_bits, grids.out_scale, grids.out_bits)
+
     def forward(self, a, b) -> torch.Tensor:
         a, b = self._quant_inputs(a, b)
         dtype = _float_dtype(a, b)
+        grids = self.fixed_point_grids(a, b)
+        if grids is not None:
+            y = numerics.fixed_point_binary(
+                self.op, grids, _numpy(a), _numpy(b), get_round_mode()
+            )
+            return self._output(_with_gradient(self.compute(a, b), y), dtype)
         if self.exact_inputs:
             a, b = _exact_values((a, b), self.input_fake_quants())
         elif self.exact:
@@ -726,15 +828,17 @@ class QuantMatmul(_Binary):
     def compute(self, a, b):
         return torch.matmul(a, b)
 
-    def fixed_point_grids(self) -> numerics.GemmGrids | None:
+    def fixed_point_grids(self, a=None, b=None) -> numerics.Grids | None:
         """The grids of the fixed-point VALIDATION forward (``gemm_grids``), the
         right operand in the weight's place."""
+        if isinstance(a, int | float) or isinstance(b, int | float):
+            return None
         fqs = tuple(self.input_fake_quants()) + (None, None)
         return gemm_grids(self, fqs[0], fqs[1])
 
     def forward(self, a, b) -> torch.Tensor:
-        grids = self.fixed_point_grids()
-        if grids is None or not (torch.is_tensor(a) and torch.is_tensor(b)):
+        grids = self.fixed_point_grids(a, b)
+        if grids is None:
             return super().forward(a, b)
         a, b = self._quant_inputs(a, b)
         out = _fixed_point(
