@@ -9,6 +9,7 @@ Data-movement builders read the shape each node produced on the example inputs.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 
@@ -166,13 +167,19 @@ def _affine(ex: Exporter, node: fx.Node):
     x = ex.tensor(node.args[0])
     dtype = ex.dtype(x)
     (x,) = _inputs(ex, mod, [x])
-    if mod.fixed_point_grids() is not None and len(hb.shape_of(x)) == 4:
-        # The integer pipeline's numbers: the depthwise 1x1 conv (qnt.exact).
+    x_shape = hb.shape_of(x)
+    if mod.fixed_point_grids(len(x_shape)) is not None:
+        # The integer pipeline's numbers: the depthwise 1x1 conv (qnt.exact),
+        # channels last through a reshape to (-1, C, 1, 1) and back.
         channels = mod.weight.numel()
+        x4 = x
+        if len(x_shape) != 4 or mod.channels_last():
+            x4 = _reshaped(ex, x, (math.prod(x_shape) // channels, channels, 1, 1))
         w = _broadcast_weight(ex, mod, (channels, 1, 1, 1))
         b = _bias(ex, mod, False)
-        conv = hb.Conv2dOp(x, w, b, (1, 1), (0, 0), (1, 1), channels)
-        return _output(ex, mod, ex.emit(_exact_if(mod, conv)), dtype)
+        conv = hb.Conv2dOp(x4, w, b, (1, 1), (0, 0), (1, 1), channels)
+        y = _output(ex, mod, ex.emit(_exact_if(mod, conv)))
+        return ex.cast(_reshaped(ex, y, x_shape), dtype)
     shape = tuple(torch.empty(mod.weight.shape).reshape(mod.view_shape).shape)
     w = _broadcast_weight(ex, mod, shape)
     b = _bias(ex, mod, mod.exact, shape)

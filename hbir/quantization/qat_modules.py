@@ -509,11 +509,19 @@ class QuantAffine(_WeightLayer, nn.Module):
         bias = nn.Parameter(beta - bn.running_mean * gamma * inv_std)
         return cls(qconfig, weight, bias, (-1,) + (1,) * (rank - 2))
 
-    def fixed_point_grids(self) -> numerics.Grids | None:
-        """A batch-norm affine (``view_shape (-1, 1, 1)``) in VALIDATION below
-        level 2 is a depthwise 1x1 conv with the gemm's fixed-point forward
-        (``gemm_grids``); export writes it as that conv."""
-        if self.view_shape != (-1, 1, 1) or self.weight.dim() != 1:
+    def channels_last(self) -> bool:
+        """The weight broadcasts along the last dim (layer norm over one dim,
+        batch norm of an ``(N, C)`` input)."""
+        return self.view_shape in ((-1,), (self.weight.numel(),))
+
+    def fixed_point_grids(self, rank: int = 4) -> numerics.Grids | None:
+        """A per-channel affine in VALIDATION below level 2 is a depthwise 1x1
+        conv (``x * w[c] + b[c]``) with the gemm's fixed-point forward
+        (``gemm_grids``): over NCHW (``view_shape (-1, 1, 1)``) as it is, with
+        the channels last through a reshape to ``(-1, C, 1, 1)`` (the same memory
+        order). Export writes that conv; other layouts stay float."""
+        nchw = self.view_shape == (-1, 1, 1) and rank == 4
+        if self.weight.dim() != 1 or not (nchw or self.channels_last()):
             return None
         fqs = self.input_fake_quants()
         return gemm_grids(self, fqs[0] if fqs else None, self.weight_fake_quant)
@@ -526,12 +534,17 @@ class QuantAffine(_WeightLayer, nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x, weight, bias = self._inputs(x)
-        grids = self.fixed_point_grids() if x.dim() == 4 else None
+        grids = self.fixed_point_grids(x.dim())
         if grids is not None:
-            out = _fixed_point(
-                grids, x, weight, bias, self.depthwise, terms=1, axis=1, w_axis=0
+            x4 = (
+                x
+                if x.dim() == 4 and not self.channels_last()
+                else x.reshape(-1, weight.numel(), 1, 1)
             )
-            return self._output(out, dtype)
+            out = _fixed_point(
+                grids, x4, weight, bias, self.depthwise, terms=1, axis=1, w_axis=0
+            )
+            return self._output(out, dtype).reshape(x.shape)
         out = x * weight.reshape(self.view_shape)
         if bias is not None:
             out = out + bias.reshape(self.view_shape)
