@@ -408,10 +408,17 @@ def _pool_args(op: hbir.Pool2dOp) -> dict:
     }
 
 
-def _max_pool2d(op: hbir.MaxPool2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def _max_pool2d(
+    op: hbir.MaxPool2dOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
+    """Marked ``qnt.exact``: the pooled codes rescaled onto the output grid."""
     args = _pool_args(op) | {"dilation": tuple(op.dilation.get_values())}
     if _is_float(x):
-        return (_float_out(op, F.max_pool2d(_t(x), **args)),)
+        y = F.max_pool2d(_t(x), **args)
+        if qnt.EXACT in op.attributes:
+            y = numerics.fixed_point_rescale(qnt.exact(op), y.numpy(), mode=rounding)
+            y = torch.from_numpy(y)
+        return (_float_out(op, y),)
     return (F.max_pool2d(_f64(x), **args).numpy().astype(x.dtype),)
 
 
@@ -496,7 +503,16 @@ def _npu_bilinear(op: hbir.Resize2dOp, x: np.ndarray, corners: bool) -> np.ndarr
 # ------------------------------------------------------------------ data movement
 
 
-def _concat(op: hbir.ConcatOp, *xs: np.ndarray) -> tuple[np.ndarray, ...]:
+def _concat(
+    op: hbir.ConcatOp, *xs: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
+    """Marked ``qnt.exact``: each input's codes rescaled onto the output grid."""
+    if qnt.EXACT in op.attributes:
+        grids = qnt.exact(op)
+        xs = tuple(
+            numerics.fixed_point_rescale(grids, x, i, mode=rounding)
+            for i, x in enumerate(xs)
+        )
     return (np.concatenate(xs, axis=op.dim.value.data),)
 
 

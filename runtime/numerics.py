@@ -517,16 +517,30 @@ def rescale(
     return requantize(q, m, shift, 0, lo, hi, mode=mode)
 
 
+def fixed_point_rescale(
+    grids: Grids,
+    x: np.ndarray,
+    index: int = 0,
+    clip: tuple[int, int] | None = None,
+    mode: str = HALF_EVEN,
+) -> np.ndarray:
+    """Values on the grid of input ``index`` rescaled as the integer pipeline
+    does (``rescale``), as float32 values ``q * s_out``: what a max pool, a
+    concat input or a data move between two grids computes."""
+    s_in, bits = grids.in_scales[index], grids.in_bits[index]
+    q = quantize(x, s_in, 0, *qrange(bits))
+    out = rescale(q, s_in, grids.out_scale, grids.out_bits, clip, mode)
+    return dequantize(out, grids.out_scale, 0)
+
+
 def fixed_point_clip(
     grids: Grids, x: np.ndarray, lo: float, hi: float, mode: str = HALF_EVEN
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized relu / clip between two
     grids, as float32 values ``q * s_out``: the input codes rescaled onto the
     output grid, clamped to the bounds' output codes (``clip_codes``)."""
-    q = quantize(x, grids.x_scale, 0, *qrange(grids.x_bits))
     clip = clip_codes(lo, hi, grids.out_scale, grids.out_bits, mode)
-    out = rescale(q, grids.x_scale, grids.out_scale, grids.out_bits, clip, mode)
-    return dequantize(out, grids.out_scale, 0)
+    return fixed_point_rescale(grids, x, 0, clip, mode)
 
 
 def exact_exponent(scales) -> int:

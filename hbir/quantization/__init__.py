@@ -27,6 +27,7 @@ from hbir.quantization.observers import (
 )
 from hbir.quantization.pre_export import PreExportError, pre_export
 from hbir.quantization.prepare import UnsupportedOpError, prepare
+from hbir.quantization.qat_modules import float_validation
 from hbir.quantization.qconfig import FakeQuantSpec, QConfig, QconfigSetter, get_qconfig
 from hbir.quantization.rounding import get_round_mode, is_legacy_round, set_round_mode
 from hbir.quantization.states import FakeQuantState, set_fake_quantize
@@ -88,6 +89,7 @@ __all__ = [
     "UnsupportedOpError",
     "export",
     "fake_quantize",
+    "float_validation",
     "get_qconfig",
     "get_round_mode",
     "is_legacy_round",

@@ -222,6 +222,11 @@ def _max_pool_op(x, kernel, stride, padding, dilation, ceil_mode):
     return hb.MaxPool2dOp(x, kernel, stride, _pair(padding), _pair(dilation), ceil_mode)
 
 
+def _max_pool_module_op(m, x):
+    op = _max_pool_op(x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode)
+    return _exact_if(m, op)
+
+
 def _avg_pool_op(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor):
     if divisor is not None:
         raise Unsupported("divisor_override")
@@ -318,7 +323,11 @@ def _value_or_number(ex: Exporter, arg):
 def _cat_module(ex: Exporter, node: fx.Node):
     mod = _module(ex, node)
     tensors = _inputs(ex, mod, [ex.tensor(t) for t in node.args[0]])
-    return _output(ex, mod, ex.emit(hb.ConcatOp(tensors, mod.dim)))
+    concat = hb.ConcatOp(tensors, mod.dim)
+    grids = mod.fixed_point_grids(len(tensors))
+    if grids is not None:
+        qnt.set_exact(concat, grids)
+    return _output(ex, mod, ex.emit(concat))
 
 
 def _reduce_module(op_cls):
@@ -392,8 +401,11 @@ MODULE_RULES: dict[type, Builder] = {
     nn.Linear: _weight_layer(_linear),
     qat.QuantAffine: _affine,
     nn.MaxPool2d: _unary_module(
-        lambda m, x: _max_pool_op(
-            x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode
+        lambda m, x: _exact_if(
+            m,
+            _max_pool_op(
+                x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode
+            ),
         )
     ),
     nn.AvgPool2d: _unary_module(

@@ -25,6 +25,7 @@ rounds once, from the exact accumulator).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import ClassVar
 
@@ -138,13 +139,34 @@ def _frozen_grid(fq) -> tuple[tuple[float, ...], int] | None:
     return tuple(scales), bits
 
 
+_fixed_point_validation = True
+
+
+@contextlib.contextmanager
+def float_validation():
+    """Evaluate VALIDATION with the float forward instead of the fixed-point one.
+
+    Faster (no exact integer accumulation, no int64 requantization), but no longer
+    bit-identical to ``quantized.bc``: a near tie can flip one code and the flip
+    grows with depth. For quick accuracy scans and for measuring what the
+    fixed-point forward costs; export inside this block writes no ``qnt.exact``
+    marks, so ``qat.bc`` follows the float forward too.
+    """
+    global _fixed_point_validation
+    before, _fixed_point_validation = _fixed_point_validation, False
+    try:
+        yield
+    finally:
+        _fixed_point_validation = before
+
+
 def _grids(module: QATModule, fqs, fq_w=None) -> numerics.Grids | None:
     """The grids of ``module``'s fixed-point forward when the fake quants of its
     inputs (``fqs``), weight (``fq_w``, gemms) and output are all frozen
     (VALIDATION), per tensor except the weight, and the module is not at
     consistency level 2 (``exact``: float64 on power-of-two grids, exact
     already); else None, and the forward stays float."""
-    if module.exact or module.training or not fqs:
+    if module.exact or module.training or not fqs or not _fixed_point_validation:
         return None
     grids = [_frozen_grid(fq) for fq in fqs]
     out = _frozen_grid(module.activation_post_process)
@@ -579,9 +601,21 @@ class MaxPool2d(nn.MaxPool2d, QATModule):
             qconfig=qconfig,
         )
 
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """The grids of the fixed-point VALIDATION forward: the pooled codes
+        rescaled onto the output grid (``numerics.fixed_point_rescale``)."""
+        return _grids(self, self.input_fake_quants()[:1])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
-        return self.activation_post_process(super().forward(x))
+        y = super().forward(x)
+        grids = self.fixed_point_grids()
+        if grids is not None:
+            mode = get_round_mode()
+            y = _with_gradient(
+                y, numerics.fixed_point_rescale(grids, _numpy(y), 0, mode=mode)
+            )
+        return self.activation_post_process(y)
 
 
 class AvgPool2d(nn.AvgPool2d, QATModule):
@@ -874,8 +908,23 @@ class QuantCat(QATModule):
         self._init_quant(qconfig)
         self.dim = dim
 
+    def fixed_point_grids(self, count: int) -> numerics.Grids | None:
+        """The grids of the fixed-point VALIDATION forward: each input's codes
+        rescaled onto the output grid (``numerics.fixed_point_rescale``)."""
+        fqs = self.input_fake_quants()
+        return _grids(self, fqs[:count]) if len(fqs) >= count else None
+
     def forward(self, tensors) -> torch.Tensor:
         tensors = self._quant_inputs(*tensors)
+        grids = self.fixed_point_grids(len(tensors))
+        if grids is not None:
+            mode = get_round_mode()
+            tensors = [
+                _with_gradient(
+                    t, numerics.fixed_point_rescale(grids, _numpy(t), i, mode=mode)
+                )
+                for i, t in enumerate(tensors)
+            ]
         return self.activation_post_process(torch.cat(tensors, self.dim))
 
     def extra_repr(self) -> str:

@@ -112,11 +112,19 @@ class Result:
 
 
 def run_stages(
-    name: str, out_dir, result: Result, qat_steps: int = 1, level: int | None = None
+    name: str,
+    out_dir,
+    result: Result,
+    qat_steps: int = 1,
+    level: int | None = None,
+    inputs: int = INPUTS,
+    artifacts: dict | None = None,
 ) -> Result:
     """Take ``name`` through every stage at consistency ``level`` (None: the
     default), updating ``result`` as it goes (so a caller that catches an exception
-    knows the stage that raised)."""
+    knows the stage that raised), and feed ``inputs`` inputs to the last three.
+    ``artifacts`` (a dict) receives the stages and inputs: ``qat``, ``qat_export``,
+    ``qat_bc``, ``quantized``, ``inputs`` and the output's ``lsb``."""
     timm = import_timm()
     kwargs, size, _ = MODELS[name]
     torch.manual_seed(0)
@@ -179,7 +187,13 @@ def run_stages(
     result.stage = "feed"
     lsb = float(_output_fake_quant(qat).scale.flatten()[0])
     result.bc_vs_export_pt_diff = result.quantized_vs_bc_lsb = 0
-    for x in [example] + [batch() for _ in range(INPUTS - 1)]:
+    fed = [example] + [batch() for _ in range(inputs - 1)]
+    if artifacts is not None:
+        artifacts.update(
+            qat=qat, qat_export=qat_export, qat_bc=qat_bc, quantized=quantized
+        )
+        artifacts.update(inputs=fed, lsb=lsb)
+    for x in fed:
         with torch.no_grad():
             export_out = qat_export(x).numpy()
         bc_out = np.asarray(qat_bc["forward"](x.numpy()))
