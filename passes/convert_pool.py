@@ -33,7 +33,6 @@ float.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +49,7 @@ from xdsl.pattern_rewriter import (
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of, si
 from hbir.passes import fixed_point as fp
-from hbir.runtime import op_table
+from hbir.runtime import numerics, op_table
 
 # Fine-grid bits for average pooling: |x| * 2**F stays below 2**30.
 FINE_BITS = {8: 22, 16: 14}
@@ -70,20 +69,6 @@ def _reduction(op: Operation) -> tuple[list[int], bool, int] | None:
 
 
 _POOLS = hbir.ops_lowered_as(op_table.POOL)
-
-
-def _exact_mean_shift(ratio: float, divisor: int, bits: int) -> int | None:
-    """``k`` when a mean's rescale ``s_in / s_out`` is ``2**k`` (k >= 0) and its
-    count is not a power of two: then ``round(sum * 2**k / n)`` is one integer
-    division, exact for every tie, where a multiplier for ``2**k / n`` would be
-    truncated (``floor(2**32 / 3)``: 7803.5 rounds down). None otherwise."""
-    mantissa, exponent = math.frexp(ratio)
-    if mantissa != 0.5 or divisor & (divisor - 1) == 0:
-        return None
-    shift = exponent - 1
-    if shift < 0 or bits + shift + divisor.bit_length() > 31:
-        return None
-    return shift
 
 
 def _exact_mean(codes, dims, keepdim, out, shift: int, rounding: str):
@@ -128,7 +113,9 @@ class LowerPool(RewritePattern):
         else:
             dims, keepdim, divisor = _reduction(op)
             out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
-            shift = _exact_mean_shift(s_in * consumer.inv_scale, divisor, codes.bits)
+            shift = numerics.exact_mean_shift(
+                s_in * consumer.inv_scale, divisor, codes.bits
+            )
             if shift is not None:
                 new = _exact_mean(codes.codes, dims, keepdim, out, shift, rounding)
                 acc, real = new[-1].results[0], np.float64(1.0)

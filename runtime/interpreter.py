@@ -232,19 +232,36 @@ def _reduce_args(op: hbir.ReduceOp) -> tuple[tuple[int, ...], bool]:
     return tuple(op.dims.get_values()), bool(op.keepdim.value.data)
 
 
-def _reduce_sum(op: hbir.ReduceSumOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def _exact_mean(op, x, dims, keepdim, divisor, rounding):
+    """A sum / mean marked ``qnt.exact``: ``numerics.fixed_point_mean``."""
+    y = numerics.fixed_point_mean(
+        qnt.exact(op), x, tuple(dims), keepdim, divisor, rounding
+    )
+    return (_float_out(op, torch.from_numpy(np.asarray(y))),)
+
+
+def _reduce_sum(
+    op: hbir.ReduceSumOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
     dims, keepdim = _reduce_args(op)
     if not dims:  # the IR reduces nothing (torch would read [] as "all dims")
         return (x,)
+    if qnt.EXACT in op.attributes:
+        return _exact_mean(op, x, dims, keepdim, 1, rounding)
     if _is_float(x):
         return (_float_out(op, torch.sum(_t(x), dims, keepdim)),)
     return (_int_out(op, np.sum(x, axis=dims, dtype=np.int64, keepdims=keepdim)),)
 
 
-def _reduce_mean(op: hbir.ReduceMeanOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def _reduce_mean(
+    op: hbir.ReduceMeanOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
     dims, keepdim = _reduce_args(op)
     if not dims:
         return (x,)
+    if qnt.EXACT in op.attributes:
+        count = int(np.prod([x.shape[d] for d in dims]))
+        return _exact_mean(op, x, dims, keepdim, count, rounding)
     if _is_float(x):
         return (_float_out(op, torch.mean(_t(x), dims, keepdim)),)
     total = np.sum(x, axis=dims, dtype=np.int64, keepdims=keepdim)
@@ -454,10 +471,15 @@ def _avg_pool2d(op: hbir.AvgPool2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     return (_int_out(op, numerics.divide_round(sums, counts, numerics.HALF_EVEN)),)
 
 
-def _global_avg_pool2d(op: hbir.GlobalAvgPool2dOp, x: np.ndarray):
+def _global_avg_pool2d(
+    op: hbir.GlobalAvgPool2dOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+):
     """Float: ``F.adaptive_avg_pool2d(x, 1)`` (torchvision's head; torch computes it
     as ``x.mean((2, 3), keepdim=True)``, so both spellings agree bit for bit).
-    Integer: exact sum over H x W, one half-to-even division."""
+    Integer: exact sum over H x W, one half-to-even division. Marked
+    ``qnt.exact``: ``numerics.fixed_point_mean``."""
+    if qnt.EXACT in op.attributes:
+        return _exact_mean(op, x, (2, 3), True, x.shape[2] * x.shape[3], rounding)
     if _is_float(x):
         return (_float_out(op, F.adaptive_avg_pool2d(_t(x), 1)),)
     total = np.sum(x, axis=(2, 3), dtype=np.int64, keepdims=True)

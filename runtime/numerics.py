@@ -543,6 +543,53 @@ def fixed_point_clip(
     return fixed_point_rescale(grids, x, 0, clip, mode)
 
 
+def exact_mean_shift(ratio: float, divisor: int, bits: int) -> int | None:
+    """``k`` when a mean's rescale ``s_in / s_out`` is ``2**k`` (k >= 0) and its
+    count is not a power of two: then ``round(sum * 2**k / n)`` is one integer
+    division, exact for every tie, where a multiplier for ``2**k / n`` would be
+    truncated (``floor(2**32 / 3)``: 7803.5 rounds down). None otherwise."""
+    mantissa, exponent = math.frexp(ratio)
+    if mantissa != 0.5 or divisor & (divisor - 1) == 0:
+        return None
+    shift = exponent - 1
+    if shift < 0 or bits + shift + divisor.bit_length() > 31:
+        return None
+    return shift
+
+
+def fixed_point_mean(
+    grids: Grids,
+    x: np.ndarray,
+    dims: tuple[int, ...],
+    keepdim: bool,
+    divisor: int,
+    mode: str = HALF_EVEN,
+) -> np.ndarray:
+    """What the integer pipeline computes for a quantized sum (``divisor`` 1),
+    mean or global average pool over ``dims``, as float32 values ``q * s_out``.
+
+    The exact si32 sum of the codes requantized once by ``s_in / n * fl32(1 /
+    s_out)``, or, when that factor is ``2**k / n`` with ``n`` not a power of two
+    (``exact_mean_shift``), the codes shifted left by ``k`` and one rounding
+    division by ``n``.
+    """
+    s_in, bits = grids.x_scale, grids.x_bits
+    q = quantize(x, s_in, 0, *qrange(bits))
+    qmin, qmax = qrange(grids.out_bits)
+    s_in64 = np.float64(np.float32(s_in))
+    shift = exact_mean_shift(s_in64 * inv_scale(grids.out_scale), divisor, bits)
+    if shift is not None:
+        fine = saturate(shift_round(q, -shift, mode), 32)
+        total = np.sum(fine, axis=dims, dtype=np.int64, keepdims=keepdim)
+        acc, real = saturate(divide_round(total, divisor, mode), 32), 1.0
+    else:
+        total = np.sum(q, axis=dims, dtype=np.int64, keepdims=keepdim)
+        acc, real = saturate(total, 32), s_in64 / divisor * inv_scale(grids.out_scale)
+    m, shift_ = requantize_multipliers(real)
+    out = requantize(acc, m, shift_, 0, qmin, qmax, mode=mode)
+    return dequantize(out, grids.out_scale, 0)
+
+
 def exact_exponent(scales) -> int:
     """The largest e with every scale an integer multiple of 2**e."""
     exponents = []

@@ -335,6 +335,12 @@ def _reduce_module(op_cls):
         mod = _module(ex, node)
         (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
         dtype = ex.dtype(x)
+        grids = mod.fixed_point_grids()
+        if grids is not None:
+            # The integer pipeline's numbers (qnt.exact) on the float32 input.
+            op = op_cls(x, list(mod.dims(len(hb.shape_of(x)))), bool(mod.keepdim))
+            qnt.set_exact(op, grids)
+            return _output(ex, mod, ex.emit(op), dtype)
         if mod.exact_inputs:
             (x,) = _exact_values(ex, mod, [x])
         elif mod.exact:
@@ -419,7 +425,9 @@ MODULE_RULES: dict[type, Builder] = {
             m.divisor_override,
         )
     ),
-    nn.AdaptiveAvgPool2d: _unary_module(lambda m, x: _global_pool_op(x, m.output_size)),
+    nn.AdaptiveAvgPool2d: _unary_module(
+        lambda m, x: _exact_if(m, _global_pool_op(x, m.output_size))
+    ),
     qat.Clamp: _unary_module(_clamp_op),
     qat.Abs: _unary_module(lambda m, x: hb.AbsOp(x)),
     qat.Resize: lambda ex, node: _resize_module(ex, node),

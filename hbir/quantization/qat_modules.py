@@ -655,9 +655,28 @@ class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d, QATModule):
     ) -> AdaptiveAvgPool2d:
         return cls(mod.output_size, qconfig=qconfig)
 
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """A global pool's fixed-point VALIDATION forward
+        (``numerics.fixed_point_mean``)."""
+        if _pair(self.output_size) != (1, 1):
+            return None
+        return _grids(self, self.input_fake_quants()[:1])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
-        return self.activation_post_process(super().forward(x))
+        y = super().forward(x)
+        grids = self.fixed_point_grids() if x.dim() == 4 else None
+        if grids is not None:
+            count = x.shape[2] * x.shape[3]
+            exact = numerics.fixed_point_mean(
+                grids, _numpy(x), (2, 3), True, count, get_round_mode()
+            )
+            y = _with_gradient(y, exact)
+        return self.activation_post_process(y)
+
+
+def _pair(v) -> tuple:
+    return tuple(v) if isinstance(v, list | tuple) else (v, v)
 
 
 class Resize(QATModule):
@@ -946,9 +965,30 @@ class _Reduce(QATModule):
     def reduce(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    divides: ClassVar[bool] = True  # a mean; a sum does not
+
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """The grids of the fixed-point VALIDATION forward
+        (``numerics.fixed_point_mean``)."""
+        return _grids(self, self.input_fake_quants()[:1])
+
+    def dims(self, rank: int) -> tuple[int, ...]:
+        dims = range(rank) if self.dim is None else self.dim
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        return tuple(d % rank for d in dims)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
         dtype = x.dtype
+        grids = self.fixed_point_grids()
+        if grids is not None:
+            dims = self.dims(x.dim())
+            count = math.prod(x.shape[d] for d in dims) if self.divides else 1
+            keepdim = bool(self.keepdim) and self.dim is not None
+            exact = numerics.fixed_point_mean(
+                grids, _numpy(x), dims, keepdim, count, get_round_mode()
+            )
+            return self._output(_with_gradient(self.reduce(x), exact), dtype)
         if self.exact_inputs:
             (x,) = _exact_values((x,), self.input_fake_quants())
         elif self.exact:
@@ -971,6 +1011,7 @@ class QuantMean(_Reduce):
 
 class QuantSum(_Reduce):
     op = "sum"
+    divides = False
 
     def reduce(self, x: torch.Tensor) -> torch.Tensor:
         if self.dim is None:
