@@ -304,7 +304,9 @@ def _accumulate(op: Operation, acc: torch.Tensor, bias: np.ndarray | None, axis:
     return (_int_out(op, y),)
 
 
-def _exact_gemm(op, x, w, b, gemm, *, terms: int, axis: int, w_axis, rounding: str):
+def _exact_gemm(
+    op, x, w, b, gemm, *, terms: int, axis: int, w_axis, rounding: str, w_out_axis=0
+):
     """A float gemm marked ``qnt.exact``: its integer lowering's numbers
     (``numerics.fixed_point_gemm``), with ``gemm`` the float64 torch kernel."""
     grids = qnt.exact(op)
@@ -322,6 +324,7 @@ def _exact_gemm(op, x, w, b, gemm, *, terms: int, axis: int, w_axis, rounding: s
         terms=terms,
         axis=axis,
         w_axis=w_axis if len(grids.w_scales) > 1 else None,
+        w_out_axis=w_out_axis,
         mode=rounding,
     )
     return (_float_out(op, torch.from_numpy(y)),)
@@ -370,7 +373,16 @@ def _conv_transpose2d(
         gemm = functools.partial(_conv_transpose2d_f64, params=params)
         mode = rounding or numerics.HALF_EVEN
         return _exact_gemm(
-            op, x, w, b, gemm, terms=terms, axis=1, w_axis=1, rounding=mode
+            op,
+            x,
+            w,
+            b,
+            gemm,
+            terms=terms,
+            axis=1,
+            w_axis=1,
+            rounding=mode,
+            w_out_axis=1,
         )
     if _is_float(x):
         bias = None if b is None else _t(b)
@@ -406,6 +418,7 @@ def _matmul(op: hbir.MatmulOp, a: np.ndarray, b: np.ndarray, *, rounding=None):
             axis=-1,
             w_axis=None,
             rounding=mode,
+            w_out_axis=-1,
         )
     if _is_float(a):
         return (_float_out(op, torch.matmul(_t(a), _t(b))),)

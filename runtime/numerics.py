@@ -282,18 +282,20 @@ def requantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
     real = np.asarray(real, np.float64).reshape(-1)
     if real.size > 1 and np.all(real == real[0]):
         real = real[:1]
-    ms, ss = [], []
-    for r in real:
-        if r == 0:
-            ms.append(0)
-            ss.append(0)
-            continue
-        m, s = quantize_multiplier(float(r))
-        while s > 62:
-            m, s = m >> 1, s - 1
-        ms.append(m)
-        ss.append(s)
-    return np.asarray(ms, np.int64), np.asarray(ss, np.int64)
+    if np.any(real < 0) or not np.all(np.isfinite(real)):
+        raise ValueError(
+            f"requantization scales must be >= 0 and finite, got {real.tolist()}"
+        )
+    # quantize_multiplier, vectorised: mantissa * 2**31 and the half are exact.
+    mantissa, exponent = np.frexp(real)
+    multiplier = np.floor(mantissa * 2.0**31 + 0.5).astype(np.int64)
+    carry = multiplier == 1 << 31
+    multiplier = np.where(carry, multiplier // 2, multiplier)
+    shift = 31 - (exponent.astype(np.int64) + carry)
+    excess = np.maximum(shift - 62, 0)  # tiny factors: keep the shift <= 62
+    multiplier, shift = multiplier >> excess, shift - excess
+    zero = real == 0
+    return np.where(zero, 0, multiplier), np.where(zero, 0, shift)
 
 
 # ----------------------------------------------------------------- gemm requantization
@@ -429,6 +431,16 @@ class Grids:
         return self.in_bits[0]
 
 
+def codes_on_grid(values, scale, bits: int, axis: int | None = None) -> np.ndarray:
+    """The codes of values that lie on the grid ``scale`` (``fl32(q * s)``, as
+    fake quantization leaves them), as float32 integers: ``rint(x * fl32(1/s))``,
+    exact for ``|q| < 2**22``, clamped to the ``bits``-wide range."""
+    values = np.asarray(values, np.float32)
+    inv = (np.float32(1.0) / np.asarray(scale, np.float32)).astype(np.float32)
+    inv = _along(inv, values.ndim, axis)
+    return np.clip(np.rint(values * inv), *qrange(bits)).astype(np.float32)
+
+
 def fixed_point_gemm(
     grids: Grids,
     x: np.ndarray,
@@ -439,6 +451,8 @@ def fixed_point_gemm(
     terms: int,
     axis: int,
     w_axis: int | None,
+    w_out_axis: int = 0,
+    w_codes: bool = False,
     mode: str = HALF_EVEN,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized conv / linear / matmul,
@@ -450,14 +464,28 @@ def fixed_point_gemm(
     (each partial sum is an integer below ``2**53``), and ``gemm_requantization``
     + ``gemm_output`` turn the accumulator into output codes, saturated to the
     output width. ``axis`` is the output channel axis, ``w_axis`` the weight's
-    channel axis (None for one weight scale).
+    scale axis (None for one weight scale), ``w_out_axis`` the weight axis of the
+    output channels. ``gemm`` gets float32 codes when every partial sum stays
+    below ``2**24`` (exact in float32), float64 codes otherwise. With
+    ``w_codes`` the caller passes the weight's codes instead of its values.
     """
     if terms * (1 << (grids.x_bits - 1)) * (1 << (grids.w_bits - 1)) > 2**53:
         raise ValueError(f"a {terms}-term accumulation may exceed 2**53")
-    qx = quantize(x, grids.x_scale, 0, *qrange(grids.x_bits))
+    qx = codes_on_grid(x, grids.x_scale, grids.x_bits)
     w_scales = np.asarray(grids.w_scales, np.float32)
-    qw = quantize(w, w_scales, 0, *qrange(grids.w_bits), axis=w_axis)
-    acc = np.rint(gemm(qx.astype(np.float64), qw.astype(np.float64))).astype(np.int64)
+    qw = (
+        np.asarray(w, np.float32)
+        if w_codes
+        else codes_on_grid(w, w_scales, grids.w_bits, w_axis)
+    )
+    # float32 sums integers exactly below 2**24: bound every partial sum by
+    # max|qx| * sum|qw| over a weight channel's reduction (a superset of it).
+    others = tuple(a for a in range(qw.ndim) if a != w_out_axis % qw.ndim)
+    w_sums = np.sum(np.abs(qw), axis=others, dtype=np.float64)
+    bound = float(np.max(np.abs(qx), initial=0.0)) * float(np.max(w_sums, initial=0.0))
+    if bound >= 2**24:
+        qx, qw = qx.astype(np.float64), qw.astype(np.float64)
+    acc = np.rint(gemm(qx, qw)).astype(np.int64)
     channels = acc.shape[axis]
     req = gemm_requantization(
         grids.x_scale,
@@ -528,7 +556,7 @@ def fixed_point_rescale(
     does (``rescale``), as float32 values ``q * s_out``: what a max pool, a
     concat input or a data move between two grids computes."""
     s_in, bits = grids.in_scales[index], grids.in_bits[index]
-    q = quantize(x, s_in, 0, *qrange(bits))
+    q = codes_on_grid(x, s_in, bits).astype(np.int64)
     out = rescale(q, s_in, grids.out_scale, grids.out_bits, clip, mode)
     return dequantize(out, grids.out_scale, 0)
 
@@ -574,7 +602,7 @@ def fixed_point_mean(
     division by ``n``.
     """
     s_in, bits = grids.x_scale, grids.x_bits
-    q = quantize(x, s_in, 0, *qrange(bits))
+    q = codes_on_grid(x, s_in, bits).astype(np.int64)
     qmin, qmax = qrange(grids.out_bits)
     s_in64 = np.float64(np.float32(s_in))
     shift = exact_mean_shift(s_in64 * inv_scale(grids.out_scale), divisor, bits)
@@ -666,7 +694,7 @@ def fixed_point_binary(
         if s == 0.0:
             operands.append((None, None, v.astype(np.float32).astype(np.float64)))
         else:
-            operands.append((quantize(v, s, 0, *qrange(bits)), s, bits))
+            operands.append((codes_on_grid(v, s, bits).astype(np.int64), s, bits))
     qmin, qmax = qrange(grids.out_bits)
     if kind == "mul":
         codes, scales = [], []

@@ -190,6 +190,16 @@ class FakeQuantize(nn.Module):
             )
         return x
 
+    def codes(self, x: torch.Tensor) -> torch.Tensor:
+        """The integer codes (float32) this fake quant rounds float32 ``x`` to:
+        ``clamp(round(x * fl32(1/s)) + zp, qmin, qmax) - zp``, the same rounding
+        as ``forward`` (torch's kernels compute ``nearbyint(x * (1.0f / s))``)."""
+        inv = _along(1.0 / self.scale.float(), x, self.ch_axis)
+        zp = _along(self.zero_point, x, self.ch_axis).float()
+        v = x.float() * inv
+        code = _round_half_up(v) if get_round_mode() == numerics.HALF_UP else v.round()
+        return (code + zp).clamp(self.quant_min, self.quant_max) - zp
+
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, *args, **kwargs
     ):

@@ -223,10 +223,13 @@ class _Substitute(torch.autograd.Function):
         return grad, None
 
 
-def _fixed_point(grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis):
+def _fixed_point(
+    grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis, w_out=0, w_codes=None
+):
     """The integer pipeline's output values (``numerics.fixed_point_gemm``) of
     ``gemm`` (a float conv / linear / matmul), with the float gemm's gradient
-    when one is needed."""
+    when one is needed. ``w`` is the weight on its grid; with ``w_codes`` (its
+    codes) ``w`` may be None when no gradient is needed."""
 
     def accumulate(a: np.ndarray, c: np.ndarray) -> np.ndarray:
         return gemm(torch.from_numpy(a), torch.from_numpy(c), None).numpy()
@@ -234,18 +237,25 @@ def _fixed_point(grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis):
     y = numerics.fixed_point_gemm(
         grids,
         _numpy(x),
-        _numpy(w),
+        _numpy(w) if w_codes is None else w_codes,
         accumulate,
         bias=None if bias is None else bias.detach().cpu().double().numpy(),
         terms=terms,
         axis=axis,
         w_axis=w_axis if len(grids.w_scales) > 1 else None,
+        w_out_axis=w_out,
+        w_codes=w_codes is not None,
         mode=get_round_mode(),
     )
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, w, bias)
+    if w is not None and _grad_needed(x, w, bias):
+        return _with_gradient(gemm(x, w, bias), y)
+    return _with_gradient(x.detach(), y)
+
+
+def _grad_needed(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors
     )
-    return _with_gradient(gemm(x, w, bias) if needs_grad else x.detach(), y)
 
 
 # ----------------------------------------------------------------- stubs
@@ -324,6 +334,33 @@ class _WeightLayer(QATModule):
         fqs = self.input_fake_quants()
         return gemm_grids(self, fqs[0] if fqs else None, self.weight_fake_quant)
 
+    def _weight_codes(self) -> np.ndarray:
+        """The weight's codes (float32), computed again only when the weight or
+        its scale changed (their tensor versions)."""
+        fq = self.weight_fake_quant
+        key = (
+            self.weight.data_ptr(),
+            self.weight._version,
+            fq.scale.data_ptr(),
+            fq.scale._version,
+            get_round_mode(),
+        )
+        cached = getattr(self, "_codes_cache", None)
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                codes = fq.codes(self.weight.detach()).cpu().numpy()
+            cached = self._codes_cache = (key, codes)
+        return cached[1]
+
+    def _fixed_point_forward(self, grids, x, gemm, **layout) -> torch.Tensor:
+        """The gemm's fixed-point forward on the (input-fake-quantized) ``x``."""
+        bias = self.bias
+        w = None
+        if _grad_needed(x, self.weight, bias):
+            w = self.weight_fake_quant(self.weight)
+        codes = self._weight_codes()
+        return _fixed_point(grids, x, w, bias, gemm, w_codes=codes, **layout)
+
     def _inputs(self, x: torch.Tensor):
         """(input, fake-quantized weight, bias) in the forward's precision."""
         (x,) = self._quant_inputs(x)
@@ -376,14 +413,15 @@ class Conv2d(_WeightLayer, nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x, weight, bias = self._inputs(x)
         grids = self.fixed_point_grids()
         if grids is None:
+            x, weight, bias = self._inputs(x)
             out = self._conv_forward(x, weight, bias)
         else:
-            terms = weight[0].numel()
-            out = _fixed_point(
-                grids, x, weight, bias, self._gemm, terms=terms, axis=1, w_axis=0
+            (x,) = self._quant_inputs(x)
+            terms = self.weight[0].numel()
+            out = self._fixed_point_forward(
+                grids, x, self._gemm, terms=terms, axis=1, w_axis=0
             )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
@@ -437,15 +475,17 @@ class ConvTranspose2d(_WeightLayer, nn.ConvTranspose2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x, weight, bias = self._inputs(x)
         grids = self.fixed_point_grids()
         if grids is None:
+            x, weight, bias = self._inputs(x)
             out = self._gemm(x, weight, bias)
         else:
+            (x,) = self._quant_inputs(x)
             # Each output sums (C_in / groups) * kH * kW products.
-            terms = weight.shape[0] // self.groups * weight[0, 0].numel()
-            out = _fixed_point(
-                grids, x, weight, bias, self._gemm, terms=terms, axis=1, w_axis=1
+            w = self.weight
+            terms = w.shape[0] // self.groups * w[0, 0].numel()
+            out = self._fixed_point_forward(
+                grids, x, self._gemm, terms=terms, axis=1, w_axis=1, w_out=1
             )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
@@ -476,14 +516,15 @@ class Linear(_WeightLayer, nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x, weight, bias = self._inputs(x)
         grids = self.fixed_point_grids()
         if grids is None:
+            x, weight, bias = self._inputs(x)
             out = F.linear(x, weight, bias)
         else:
-            terms = weight.shape[1]
-            out = _fixed_point(
-                grids, x, weight, bias, F.linear, terms=terms, axis=-1, w_axis=0
+            (x,) = self._quant_inputs(x)
+            terms = self.weight.shape[1]
+            out = self._fixed_point_forward(
+                grids, x, F.linear, terms=terms, axis=-1, w_axis=0
             )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
@@ -555,18 +596,17 @@ class QuantAffine(_WeightLayer, nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
-        x, weight, bias = self._inputs(x)
         grids = self.fixed_point_grids(x.dim())
         if grids is not None:
-            x4 = (
-                x
-                if x.dim() == 4 and not self.channels_last()
-                else x.reshape(-1, weight.numel(), 1, 1)
-            )
-            out = _fixed_point(
-                grids, x4, weight, bias, self.depthwise, terms=1, axis=1, w_axis=0
+            (x,) = self._quant_inputs(x)
+            x4 = x
+            if x.dim() != 4 or self.channels_last():
+                x4 = x.reshape(-1, self.weight.numel(), 1, 1)
+            out = self._fixed_point_forward(
+                grids, x4, self.depthwise, terms=1, axis=1, w_axis=0
             )
             return self._output(out, dtype).reshape(x.shape)
+        x, weight, bias = self._inputs(x)
         out = x * weight.reshape(self.view_shape)
         if bias is not None:
             out = out + bias.reshape(self.view_shape)
@@ -908,7 +948,15 @@ class QuantMatmul(_Binary):
             return super().forward(a, b)
         a, b = self._quant_inputs(a, b)
         out = _fixed_point(
-            grids, a, b, None, _matmul, terms=a.shape[-1], axis=-1, w_axis=None
+            grids,
+            a,
+            b,
+            None,
+            _matmul,
+            terms=a.shape[-1],
+            axis=-1,
+            w_axis=None,
+            w_out=-1,
         )
         return self._output(out, a.dtype)
 

@@ -416,3 +416,30 @@ def test_bilinear_taps_match_torch_where_its_weights_are_dyadic():
     np.testing.assert_array_equal(acc, got * 2 ** (2 * numerics.BILINEAR_BITS))
     low, high, weight = numerics.bilinear_taps(5, 10, False, 2.0)
     assert list(weight[:4]) == [0, 32, 96, 32] and low[-1] == high[-1] == 4
+
+
+def test_requantize_multipliers_match_the_scalar_split_and_the_real_factor():
+    """The vectorised per-channel split equals quantize_multiplier element by
+    element (with the shift capped at 62 by dropping low multiplier bits) and is
+    within 2**-31 (relative) of the real factor, checked in exact rationals."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    real = np.concatenate(
+        [np.exp(rng.uniform(-50, 20, 2000)), [0.0, 1.0, 0.5, 2.0**31, 3.0, 1e-25]]
+    )
+    ms, ss = numerics.requantize_multipliers(real)
+    for r, m, s in zip(real, ms, ss, strict=True):
+        if r == 0:
+            assert (m, s) == (0, 0)
+            continue
+        m_ref, s_ref = numerics.quantize_multiplier(float(r))
+        while s_ref > 62:
+            m_ref, s_ref = m_ref >> 1, s_ref - 1
+        assert (m, s) == (m_ref, s_ref)
+        if s < 62:
+            approx = Fraction(int(m)) / Fraction(2) ** int(s)
+            error = abs(approx / Fraction(float(r)) - 1)
+            assert error <= Fraction(1, 2**31)
+    with pytest.raises(ValueError, match="finite"):
+        numerics.requantize_multipliers([1.0, float("nan")])
