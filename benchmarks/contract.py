@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -35,21 +33,12 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "models"))
+from timing import median_time  # noqa: E402
 from timm_suite import MODELS, Result, run_stages  # noqa: E402
 
 from hbir.quantization import float_validation  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def median_time(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def measure(name: str, level: int | None, inputs: int, repeat: int) -> dict:

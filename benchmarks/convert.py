@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -24,20 +22,11 @@ import zoo_loader  # noqa: E402, F401  (makes the test zoo importable)
 
 # isort: split
 import zoo  # noqa: E402
+from timing import median_time  # noqa: E402
 from zoo_stages import calibrated  # noqa: E402
 
 import hbir  # noqa: E402
 from hbir.quantization import export  # noqa: E402
-
-
-def median_time(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> None:

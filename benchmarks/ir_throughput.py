@@ -13,15 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+from timing import median_time  # noqa: E402
 from xdsl.builder import Builder  # noqa: E402
 from xdsl.dialects import func  # noqa: E402
 from xdsl.dialects.builtin import (  # noqa: E402
@@ -66,21 +65,12 @@ def build_model(n_ops: int) -> ModuleOp:
     return ModuleOp([f])
 
 
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def process_time(cmd: list[str], repeat: int) -> float | None:
     def run():
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
     try:
-        return median_time(run, repeat)
+        return median_time(run, repeat, warm_up=False)
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -126,7 +116,7 @@ def main() -> None:
     print(f"{os.path.getsize(bc_path) / 1e6:.2f} MB")
     print(f"{'step':<30} {'seconds':>9} {'ops/s':>10}")
     for name, fn in steps.items():
-        t = median_time(fn, args.repeat)
+        t = median_time(fn, args.repeat, warm_up=False)
         print(f"{name:<30} {t:>9.3f} {n / t:>10,.0f}")
 
     print("\nwhole process on the pretty file: parse + verify + print")
