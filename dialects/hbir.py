@@ -1264,6 +1264,8 @@ class Resize2dOp(IRDLOperation):
         _expect_shape(self, shapes.resize2d, shape_of(self.input), _values(self.size))
         if self.scale is not None:
             scale = self.scale.get_values()
+            if len(scale) != 2:
+                raise VerifyException(f"scale needs 2 values (H, W), got {len(scale)}")
             h, w = shape_of(self.input)[2:]
             implied = [math.floor(h * scale[0]), math.floor(w * scale[1])]
             if len(scale) != 2 or implied != list(_values(self.size)):
@@ -1713,6 +1715,22 @@ class LutOp(IRDLOperation):
                     f"result must be si{self.out_bits.value.data}, "
                     f"got {out.element_type}"
                 )
+            from hbir.runtime import numerics
+
+            for name, known in (
+                ("function", numerics.LUT_OPS),
+                ("kind", numerics.LUT_KINDS),
+                ("rounding", numerics.ROUNDING_MODES),
+            ):
+                if getattr(self, name).data not in known:
+                    raise VerifyException(
+                        f"{name} must be one of {', '.join(known)}, "
+                        f"got {getattr(self, name).data!r}"
+                    )
+            try:  # numerics validates the table (segment counts, ranges)
+                self.lut_table()
+            except (ValueError, OverflowError) as e:
+                raise VerifyException(f"segmented table: {e}") from None
             return
         if any(present):
             raise VerifyException("a direct table takes no segment fields")

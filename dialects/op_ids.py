@@ -1,32 +1,31 @@
 """Op IDs: the ``%N`` numbers that ``get_asm`` prints.
 
 ``bc_editor``, the ``remove-fake-quant`` pass and the reports name ops by these
-numbers, so they are computed here, once, by the rule xDSL's printer follows:
+numbers, so they are computed here, once, and ``get_asm`` prints with them
+(``hbir/asm.py``). The rule is MLIR's, as the reference toolchain's dumps show it:
 
-* Numbers count per function from 0: the function's arguments first (``%0`` is
-  ``_input_0``), then the results of every op in program order. The arguments of
-  a nested block are numbered where that block starts.
-* A value with a name hint prints as its name (``%x``, ``%x_1``) and takes no
-  number, so names never shift the numbers of other values. An op whose first
-  result is named has no ID and cannot be chosen by number; exported models carry
-  no names, so there every op with a result has an ID.
-* An op's ID is the number of its first result: ``%5, %6 = hbir.split ...`` is op
-  5, and 6 names its second result. Ops without results (``func.return``) have no
-  ID.
-* The body of an op isolated from above inside a function (a nested function) is
-  numbered on its own by the printer; its values get no ID here.
+* Numbers count per function from 0, one per op that has results, in program
+  order: ``%0`` is the first op with a result. An op's ID is its number.
+* An op with several results prints them as a group: ``%5:2 = "hbir.split"...``
+  is op 5, and its results are used as ``%5#0`` and ``%5#1``.
+* Block arguments print as ``%arg0``, ``%arg1``, ... and are never IDs: a
+  function's inputs are named by ``_input_N``, not by number.
+* Names from hand-written IR (``%x``) are not kept, as MLIR keeps none: every op
+  with a result has an ID. Ops without results (``func.return``) have none.
+* The ops of a nested block are numbered where that block starts; the body of an
+  op isolated from above inside a function (a nested function) is numbered on its
+  own by the printer, and its ops get no ID here.
 
 IDs describe one printing of one module: removing an op renumbers everything
-printed after it.
+printed after it. ``hbir-opt`` prints xDSL's own form, whose numbers count the
+arguments too; its ``remove-fake-quant{ids=...}`` still means these IDs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation, OpResult, Region, SSAValue
+from xdsl.ir import Operation, Region
 from xdsl.traits import IsolatedFromAbove
 
 from hbir.errors import HbirError
@@ -36,35 +35,26 @@ class OpIdError(HbirError):
     """Op IDs that do not name what they should, or a module without one scope."""
 
 
-def value_ids(func: FuncOp) -> dict[int, SSAValue]:
-    """Number -> value, exactly as ``get_asm`` numbers the values of ``func``."""
-    numbered: list[SSAValue] = []
-
-    def number(values: Iterable[SSAValue]) -> None:
-        numbered.extend(v for v in values if not v.name_hint)
+def numbered_ops(region: Region) -> list[Operation]:
+    """The ops of ``region`` that have results, in the order they are numbered."""
+    found: list[Operation] = []
 
     def visit(region: Region) -> None:
         for block in region.blocks:
-            number(block.args)
             for op in block.ops:
-                # The printer names an op's results before it enters the op's
-                # regions, and gives an isolated op's body a scope of its own.
-                number(op.results)
+                if op.results:
+                    found.append(op)
                 if not op.has_trait(IsolatedFromAbove):
                     for inner in op.regions:
                         visit(inner)
 
-    visit(func.body)
-    return dict(enumerate(numbered))
+    visit(region)
+    return found
 
 
 def op_ids(func: FuncOp) -> dict[int, Operation]:
-    """ID -> op for every op of ``func`` whose first result prints as a number."""
-    return {
-        n: v.owner
-        for n, v in value_ids(func).items()
-        if isinstance(v, OpResult) and v.index == 0
-    }
+    """ID -> op for every op of ``func`` that has a result, as ``get_asm`` prints."""
+    return dict(enumerate(numbered_ops(func.body)))
 
 
 def id_function(module: ModuleOp, name: str = "") -> FuncOp:

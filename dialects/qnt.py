@@ -321,10 +321,11 @@ class RequantizeOp(IRDLOperation):
         if len(m) != len(s):
             raise VerifyException(f"{len(m)} multipliers but {len(s)} shifts")
         _check_axis(self, self.axis, len(m))
-        if any(not 0 <= v < 2**31 for v in m):
+        if any(not 0 <= v < numerics.MULTIPLIER_LIMIT for v in m):
             raise VerifyException("multipliers must be in [0, 2**31)")
-        if any(not -31 <= v <= 62 for v in s):
-            raise VerifyException("shifts must be in [-31, 62]")
+        lo, hi = numerics.SHIFT_RANGE
+        if any(not lo <= v <= hi for v in s):
+            raise VerifyException(f"shifts must be in [{lo}, {hi}]")
         if self.clip is not None:
             lo, hi = numerics.qrange(width)
             clip = self.clip.get_values()

@@ -6,8 +6,9 @@ Trains a small CNN with LUT ops (SiLU, sigmoid) in float, prepares it, calibrate
 fine-tunes with QAT, then takes it through every stage of the workflow and writes
 each artifact to ``--out``:
 
-    qat.pt             the QAT model (torch.save)
-    qat.export.pt      pre_export(qat.pt): LUT ops as their exact tables
+    qat.pt             the QAT model's state_dict (torch.load(..., weights_only=True)
+                       reads it back into a fresh prepare: see docs/quantization.md)
+    qat.export.pt      pre_export(qat.pt)'s state_dict: LUT ops as their exact tables
     qat.bc             export(qat.pt): HBIR with qnt.const_fake_quant
     quantized.bc       convert(qat.bc, "nash-e"): true fixed point
     model_check_result.txt, fx_graph.txt   written by prepare
@@ -137,11 +138,11 @@ def main() -> None:
     train(qat, (x_train, y_train), epochs=3, lr=1e-4, seed=2)
     qat.eval()
     set_fake_quantize(qat, FakeQuantState.VALIDATION)
-    torch.save(qat, out / "qat.pt")
+    torch.save(qat.state_dict(), out / "qat.pt")  # tensors only: weights_only loads
 
     step("pre_export -> qat.export.pt")
     qat_export = pre_export(qat)
-    torch.save(qat_export, out / "qat.export.pt")
+    torch.save(qat_export.state_dict(), out / "qat.export.pt")
     step("export -> qat.bc")
     qat_bc = export(qat, (x_test[:BATCH],))
     hbir.save(qat_bc, out / "qat.bc")

@@ -84,7 +84,7 @@ def main() -> None:
     again = hbir.load(path)
     assert again.module.get_asm() == model.module.get_asm()
     print(f"      wrote {path} ({path.stat().st_size:,} bytes); reload is identical")
-    print(f"      statistics: {hbir.statistics(again)}")
+    hbir.statistics(again)  # prints "ops encountered in func @forward" and the counts
     print("      " + "\n      ".join(again.module.get_asm().splitlines()[:4]))
     print(f"done in {time.perf_counter() - t0:.1f} s")
 

@@ -4,6 +4,9 @@ The public face: load and save models, inspect and run them. Importing ``hbir``
 does not import torch; running a model (``Function.feed``) does.
 """
 
+import sys
+import types
+
 from hbir.errors import (
     HbirError,
     HbirFileError,
@@ -18,7 +21,9 @@ _LAZY = {
     "convert": "hbir.conversion",
     "FeedError": "hbir.module",
     "Function": "hbir.module",
+    "March": "hbir.conversion",
     "Module": "hbir.module",
+    "ModelTypeError": "hbir.module",
     "load": "hbir.module",
     "save": "hbir.module",
     "statistics": "hbir.module",
@@ -35,11 +40,28 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'hbir' has no attribute {name!r}")
 
 
+class _Package(types.ModuleType):
+    """The type of ``hbir``: Python's import sets each imported submodule as an
+    attribute of its package, so ``import hbir.convert`` (``from hbir.convert import
+    ...``) would replace the function ``hbir.convert`` by the module. The function
+    stays."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "convert" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 __all__ = [
     "Argument",
     "convert",
     "FeedError",
     "Function",
+    "March",
+    "ModelTypeError",
     "HbirError",
     "HbirFileError",
     "HbirParseError",

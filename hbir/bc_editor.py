@@ -26,6 +26,8 @@ from hbir.module import Module, load
 from hbir.passes.remove_fake_quant import IdRange, remove_fake_quants
 
 KEYS = ("remove_fake_quant", "function")
+# The largest config read (1 MiB holds about 100,000 IDs; ranges hold any number).
+MAX_CONFIG_BYTES = 2**20
 EXAMPLE = '{"remove_fake_quant": [[1, 100], 102]}'
 
 
@@ -110,10 +112,17 @@ def read_config(path: str | os.PathLike) -> tuple[list[IdRange], str]:
     """The ranges to remove and the function name ("" = the only one)."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}: larger than {MAX_CONFIG_BYTES} bytes: a config lists IDs "
+            "and ranges, use [start, end] ranges to keep it short"
+        )
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text at byte {e.start}") from None
     try:
@@ -124,6 +133,13 @@ def read_config(path: str | os.PathLike) -> tuple[list[IdRange], str]:
         ) from None
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deep") from None
+    except ValueError:  # Python refuses integers of more than 4300 digits
+        raise ConfigError(
+            f"{path}: a number has more than 4300 digits: IDs are the %N numbers "
+            "get_asm prints"
+        ) from None
     if not isinstance(config, dict):
         raise ConfigError(
             f"{path}: expected a JSON object like {EXAMPLE}, got {_kind(config)}"

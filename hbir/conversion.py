@@ -11,20 +11,26 @@ from xdsl.dialects.func import ReturnOp
 
 from hbir import diagnostics
 from hbir.dialects import make_context
-from hbir.module import Module
+from hbir.module import Module, require_module
+from hbir.passes.march import March
+
+__all__ = ["March", "convert", "cpu_advice"]
 
 
-def convert(qat_bc: Module, march: str, advice: bool = False) -> Module:
-    """The fixed-point model for ``march`` ("nash-e" or "nash-m").
+def convert(qat_bc: Module, march: str | March, advice: bool = False) -> Module:
+    """The fixed-point model for ``march`` ("nash-e", "nash-m" or ``hbir.March``).
 
     With ``advice=True`` every op left float (a CPU island) is printed with its
-    location and the reason, one line each.
+    location and the reason, one line each. A model that is already converted is
+    refused; one with no fake quantization (a float model) converts with a
+    warning, every op on the CPU.
     """
     from hbir.passes.convert import ConvertPass
     from hbir.passes.march import UnknownMarchError, get_march
 
+    require_module(qat_bc, "hbir.convert", "convert")
     try:
-        get_march(march)
+        march = get_march(march).name
     except UnknownMarchError as e:
         raise diagnostics.HbirError(str(e)) from None
     quantized = qat_bc.clone()

@@ -14,6 +14,13 @@
 Large constants are hex blobs inside the text (xDSL prints any constant of more
 than 100 elements that way), which zstd brings back to about their raw size. No
 pickle: a ``.bc`` file is data only.
+
+Reading is bounded before anything is inflated: the text may hold at most
+``MAX_TEXT_SIZE`` bytes (4 GiB) and at most ``MAX_COMPRESSION_RATIO`` (256) times
+the payload. hbir's own text compresses about 2x (weights) to 66x (100,000
+identical ops, the most repetitive text measured); a file beyond either bound is
+refused as corrupt or hostile (a 32 KB payload inflating to 1 GiB). The payload
+is inflated in a stream that stops at the announced size.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ FORMAT_MAJOR = 1
 FORMAT_MINOR = 0
 _HEADER = struct.Struct("<8sHHIQQ")
 SUFFIXES = (".bc", ".mlir")
+MAX_TEXT_SIZE = 2**32
+MAX_COMPRESSION_RATIO = 256
+_CHUNK = 2**20
 
 
 class HbirPrinter(Printer):
@@ -107,17 +117,37 @@ def decode_bc(data: bytes, path: str = "<bytes>") -> str:
         )
     if zlib.crc32(payload) != crc:
         raise HbirFileError(f"{path}: checksum mismatch: the file is corrupt")
-    try:
-        raw = zstandard.ZstdDecompressor().decompress(
-            payload, max_output_size=text_size
+    limit = min(MAX_TEXT_SIZE, MAX_COMPRESSION_RATIO * max(size, 1))
+    if text_size > limit:
+        raise HbirFileError(
+            f"{path}: header announces {text_size} bytes of text from a "
+            f"{size}-byte payload; at most {limit} are read (at most "
+            f"{MAX_COMPRESSION_RATIO}x the payload and {MAX_TEXT_SIZE} bytes): "
+            "the file is corrupt or hostile"
         )
+    raw = bytearray()
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(
+            payload, read_across_frames=True
+        ) as reader:
+            while len(raw) <= text_size:
+                chunk = reader.read(min(_CHUNK, text_size + 1 - len(raw)))
+                if not chunk:
+                    break
+                raw += chunk
     except zstandard.ZstdError as e:
         raise HbirFileError(f"{path}: corrupt payload: {e}") from None
     if len(raw) != text_size:
+        more = "more than " if len(raw) > text_size else ""
         raise HbirFileError(
-            f"{path}: payload holds {len(raw)} bytes, expected {text_size}"
+            f"{path}: payload holds {more}{len(raw)} bytes, expected {text_size}"
         )
-    return raw.decode("utf-8")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HbirFileError(
+            f"{path}: the payload is not UTF-8 text (byte {e.start})"
+        ) from None
 
 
 def _suffix(path: str) -> str:
@@ -132,10 +162,19 @@ def _suffix(path: str) -> str:
 def save_module(module: ModuleOp, path: str | os.PathLike) -> None:
     """Write ``.bc`` (container) or ``.mlir`` (plain generic text)."""
     path = os.fspath(path)
+    suffix = _suffix(path)
+    if os.path.isdir(path):
+        raise HbirFileError(f"{path}: is a directory: give a file name")
+    folder = os.path.dirname(path)
+    if folder and not os.path.isdir(folder):
+        raise HbirFileError(f"{path}: folder '{folder}' does not exist: create it")
     text = print_module(module)
-    data = encode_bc(text) if _suffix(path) == ".bc" else text.encode("utf-8")
-    with open(path, "wb") as f:
-        f.write(data)
+    data = encode_bc(text) if suffix == ".bc" else text.encode("utf-8")
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise HbirFileError(f"{path}: cannot write: {e.strerror}") from None
 
 
 def read_text(path: str | os.PathLike) -> str:

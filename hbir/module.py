@@ -88,10 +88,45 @@ def _arg_name(attrs: DictionaryAttr | None, default: str) -> str:
     return default
 
 
-def _to_numpy(value: Any) -> np.ndarray:
+class OutputNameError(FeedError, KeyError):
+    """An output name a function does not have (also a ``KeyError``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Outputs(dict):
+    """``feed``'s result: output name -> array; a wrong name says which exist."""
+
+    def __missing__(self, key):
+        raise OutputNameError(f"no output named {key!r}; the outputs are {list(self)}")
+
+
+def _to_numpy(value: Any, arg: Argument, where: str) -> np.ndarray:
+    """``value`` (numpy array, torch tensor, nested lists) as a numpy array."""
     if type(value).__module__.startswith("torch"):
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            raise FeedError(f"{where}: expected an array or tensor, got {value!r}")
+        if value.is_meta:
+            raise FeedError(f"{where}: a meta tensor holds no data; feed real values")
+        value = value.detach().cpu()
+        if value.dtype == torch.bfloat16:
+            if str(arg.type.element_type) != "bf16":
+                raise FeedError(
+                    f"{where}: has dtype torch.bfloat16, expected {arg.dtype} "
+                    f"({arg.type}); convert it with .to(torch.float32)"
+                )
+            value = value.float()  # bf16 values travel as float32 (exact)
+        try:
+            return value.resolve_conj().resolve_neg().numpy()
+        except (TypeError, RuntimeError) as e:
+            raise FeedError(f"{where}: cannot read this tensor: {e}") from None
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise FeedError(f"{where}: not an array: {e}") from None
 
 
 class Function:
@@ -133,6 +168,13 @@ class Function:
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
         inputs = self.inputs
+        if not isinstance(feed, Mapping):
+            example = ", ".join(f"{n!r}: x{i}" for i, n in enumerate(inputs.names))
+            raise FeedError(
+                f"@{self.name}: feed takes a dict of named inputs, "
+                f"{{{example}}}, got {type(feed).__name__}; to pass inputs by "
+                f"position, call the function: f(x)"
+            )
         missing = [n for n in inputs.names if n not in feed]
         extra = [n for n in feed if n not in inputs.names]
         if missing or extra:
@@ -146,7 +188,7 @@ class Function:
             )
         arrays = []
         for arg in inputs:
-            x = _to_numpy(feed[arg.name])
+            x = _to_numpy(feed[arg.name], arg, f"@{self.name}: input '{arg.name}'")
             if tuple(x.shape) != arg.shape:
                 raise FeedError(
                     f"@{self.name}: input '{arg.name}' has shape {tuple(x.shape)}, "
@@ -157,7 +199,8 @@ class Function:
                     f"@{self.name}: input '{arg.name}' has dtype {x.dtype}, "
                     f"expected {arg.dtype}"
                 )
-            arrays.append(np.ascontiguousarray(x))
+            # (np.ascontiguousarray would make a rank-0 input 1-d)
+            arrays.append(x if x.flags.c_contiguous else x.copy(order="C"))
         return arrays
 
     def feed(self, inputs: Mapping[str, Any], on_op=None) -> dict[str, np.ndarray]:
@@ -168,7 +211,13 @@ class Function:
         results = run_function(
             self.op, arrays, rounding=self._module.rounding, on_op=on_op
         )
-        return dict(zip(self.outputs.names, results, strict=True))
+        # An output that is (a view of) an input is copied: the caller's array
+        # must not come back as a result.
+        results = [
+            y.copy() if any(np.may_share_memory(y, x) for x in arrays) else y
+            for y in results
+        ]
+        return Outputs(zip(self.outputs.names, results, strict=True))
 
     def __call__(self, *arrays: Any):
         """Positional call: ``f(x)`` -> one array, or a tuple for several outputs."""
@@ -206,9 +255,30 @@ class AsmView:
     def operation(self) -> AsmView:
         return self
 
-    def get_asm(self, enable_debug_info: bool = False, generic: bool = False) -> str:
-        """The module as text; ``%N`` numbers are the op IDs the tools use."""
-        return files.print_module(self.op, generic=generic, debuginfo=enable_debug_info)
+    def get_asm(
+        self,
+        enable_debug_info: bool = False,
+        pretty_debug_info: bool = False,
+        pretty: bool = False,
+        generic: bool = False,
+    ) -> str:
+        """The module as text, by default in the reference toolchain's form.
+
+        ``%N`` numbers are the op IDs the tools use (``hbir/asm.py``).
+        ``enable_debug_info=True`` adds every op's ``loc(...)``;
+        ``pretty_debug_info`` is accepted as the reference spells it (locations
+        always print inline, in the form that parses back). ``pretty=True`` gives
+        the custom op forms ``hbir-opt`` prints, ``generic=True`` xDSL's generic
+        form of every op.
+        """
+        del pretty_debug_info
+        if pretty or generic:
+            return files.print_module(
+                self.op, generic=generic, debuginfo=enable_debug_info
+            )
+        from hbir.asm import print_reference
+
+        return print_reference(self.op, debuginfo=enable_debug_info)
 
     def __getattr__(self, name: str):
         return getattr(self.op, name)
@@ -298,8 +368,44 @@ def load(path: str | os.PathLike) -> Module:
     return Module(parse_module(make_context(), text, os.fspath(path)))
 
 
+class ModelTypeError(HbirError, TypeError):
+    """Something else where an ``hbir.Module`` is expected (also a ``TypeError``)."""
+
+
+# What to do instead, per call, when it is handed a torch model.
+_TORCH_FIX = {
+    "convert": "export it first: qat_bc = hbir.quantization.export(qat_model, "
+    "example_inputs), then hbir.convert(qat_bc, march)",
+    "save": "hbir.save writes HBIR models: export it first "
+    "(hbir.quantization.export(qat_model, example_inputs)), or save the torch "
+    "model with torch.save(model.state_dict(), 'qat.pt')",
+    "statistics": "export it first: hbir.statistics(hbir.quantization.export("
+    "qat_model, example_inputs))",
+}
+
+
+def require_module(value: Any, call: str, kind: str) -> None:
+    """Raise ``ModelTypeError`` naming the fix unless ``value`` is a ``Module``."""
+    if isinstance(value, Module):
+        return
+    got = type(value).__name__
+    if type(value).__module__.startswith("torch") or hasattr(value, "state_dict"):
+        fix = _TORCH_FIX[kind]
+        raise ModelTypeError(f"{call}: got a torch model ({got}): {fix}")
+    if isinstance(value, str | os.PathLike):
+        raise ModelTypeError(
+            f"{call}: got a path ({os.fspath(value)!r}), expected an hbir.Module: "
+            f"load it first with hbir.load({os.fspath(value)!r})"
+        )
+    raise ModelTypeError(
+        f"{call}: expected an hbir.Module (from hbir.load or "
+        f"hbir.quantization.export), got {got}"
+    )
+
+
 def save(module: Module, path: str | os.PathLike) -> None:
     """Save to ``.bc`` (compressed container) or ``.mlir`` (text)."""
+    require_module(module, "hbir.save", "save")
     files.save_module(module._op, path)
 
 
@@ -308,11 +414,22 @@ def statistics(
 ) -> dict[str, dict[str, int]] | dict[str, dict[str, dict[str, int]]]:
     """Op counts per function: ``{"forward": {"hbir.conv2d": 3, ...}}``.
 
+    Also prints them as the reference toolchain does, per function::
+
+        ops encountered in func @forward
+        \t hbir.conv2d : 3
+
     With ``by_device=True`` the counts are split by where each op runs:
     ``{"forward": {"npu": {...}, "cpu": {...}}}`` (see ``op_device``).
     """
+    require_module(module, "hbir.statistics", "statistics")
+    counts = {f.name: f.statistics() for f in module.functions}
+    for function, ops in counts.items():
+        print(f"ops encountered in func @{function}")
+        for name, count in ops.items():
+            print(f"\t {name} : {count}")
     if not by_device:
-        return {f.name: f.statistics() for f in module.functions}
+        return counts
     result = {}
     for f in module.functions:
         counts: dict[str, dict[str, int]] = {"npu": {}, "cpu": {}}

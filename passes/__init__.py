@@ -138,6 +138,61 @@ def source_summary(module: str, cls: str) -> str | None:
     return None
 
 
+def _option_text(name: str, annotation: str, default: str | None) -> str:
+    text = f"{name}=<{annotation}>"
+    return text + (" (required)" if default is None else f" (default {default})")
+
+
+def source_options(module: str, cls: str) -> list[str] | None:
+    """The options of ``module.cls`` as ``name=<type> (default ...)``, read from
+    its source (the dataclass fields), or None when the source cannot be read."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+        with open(spec.origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (ImportError, AttributeError, OSError, SyntaxError, TypeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return [
+                _option_text(
+                    ast.unparse(item.target),
+                    ast.unparse(item.annotation),
+                    None if item.value is None else ast.unparse(item.value),
+                )
+                for item in node.body
+                if isinstance(item, ast.AnnAssign)
+                and "ClassVar" not in ast.unparse(item.annotation)
+            ]
+    return None
+
+
+def pass_options(pass_cls: type[ModulePass]) -> list[str]:
+    """The options of an imported pass class, as ``source_options`` gives them."""
+    import dataclasses
+
+    found = []
+    for field in dataclasses.fields(pass_cls):
+        if field.name == "name" or not field.init:
+            continue
+        annotation = getattr(field.type, "__name__", None) or str(field.type)
+        default = None
+        if field.default is not dataclasses.MISSING:
+            default = repr(field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            default = repr(field.default_factory())
+        found.append(_option_text(field.name, annotation, default))
+    return found
+
+
+def options() -> dict[str, list[str]]:
+    """Pass name -> its options, for every hbir pass, without importing them."""
+    return {name: source_options(m, c) or [] for name, (m, c) in _OURS.items()}
+
+
 def summaries() -> dict[str, str]:
     """Pass name -> one-line summary, for every registered pass."""
     from importlib.metadata import entry_points

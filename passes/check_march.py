@@ -28,7 +28,7 @@ from xdsl.passes import ModulePass
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of
 from hbir.passes import fixed_point as fp
-from hbir.passes.march import March, get_march
+from hbir.passes.march import MarchLimits, get_march
 from hbir.runtime import op_table
 
 _GEMMS = hbir.ops_lowered_as(op_table.GEMM)
@@ -43,7 +43,7 @@ def _codes(value) -> fp.Codes | None:
     return fp.codes_of(value)
 
 
-def _gemm_reason(op: Operation, march: March) -> str | None:
+def _gemm_reason(op: Operation, march: MarchLimits) -> str | None:
     x, w = (_codes(v) for v in op.operands[:2])
     if x is None or w is None:
         return None
@@ -80,7 +80,7 @@ def _int32_bias(op: Operation, codes: fp.Codes | None) -> bool:
     )
 
 
-def reason(op: Operation, march: March) -> str | None:
+def reason(op: Operation, march: MarchLimits) -> str | None:
     """Why ``march`` cannot run ``op`` in fixed point, or None."""
     if isinstance(op, qnt.QuantizeOp | qnt.DequantizeOp | qnt.RequantizeOp):
         return None

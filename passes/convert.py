@@ -12,9 +12,12 @@ Runs, in order (each is its own pass, runnable alone through hbir-opt)::
     sink-dequantize       again, behind the freshly lowered ops
     fold-requantize       quantize(dequantize) -> requantize; dead ops removed
 
-and records ``hbir.march`` on the module. What no pass lowers stays float between
-``qnt.dequantize`` and ``qnt.quantize``: a CPU island. The model's float inputs
-keep their ``qnt.quantize`` and its float outputs their ``qnt.dequantize``.
+and records ``hbir.march`` on the module. A model that is already converted is
+refused (converting again would only relabel its march); one with no fake
+quantization at all gets a warning, since every op of it stays float. What no
+pass lowers stays float between ``qnt.dequantize`` and ``qnt.quantize``: a CPU
+island. The model's float inputs keep their ``qnt.quantize`` and its float
+outputs their ``qnt.dequantize``.
 
 Before::
 
@@ -28,19 +31,23 @@ After::
 
     %1 = qnt.quantize %0 {scales = array<f32: 0.0078125>, ...} : ... -> tensor<4xsi8>
     %2 = qnt.requantize %1 {multiplier = array<i64: 1073741824>, shift =
-        array<i64: 32>, clip = array<i64: 0, 127>} : ... -> tensor<4xsi8>
+        array<i64: 31>, clip = array<i64: 0, 127>} : ... -> tensor<4xsi8>
     %3 = qnt.dequantize %2 {scales = array<f32: 0.015625>, ...} : ... ->
         tensor<4xf32>
+
+(``1073741824 / 2**31 = 0.5``: the input scale 1/128 over the output scale 1/64.)
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 
+from hbir.errors import HbirError
 from hbir.passes.check_march import CheckMarchPass
 from hbir.passes.convert_elementwise import ConvertElementwisePass
 from hbir.passes.convert_gemm import ConvertGemmPass
@@ -66,6 +73,39 @@ def sub_passes(march: str) -> list[ModulePass]:
     ]
 
 
+# What convert records, and what only convert produces.
+ATTR_MARCH = "hbir.march"
+_FIXED_POINT = frozenset({"qnt.requantize", "hbir.lut"})
+
+
+class ConvertError(HbirError):
+    """A model convert must not take: one already in fixed point."""
+
+
+def check_convertible(module: ModuleOp, march: str) -> None:
+    """Refuse a converted model; warn about one with no fake quantization."""
+    names = {op.name for op in module.walk()}
+    done = module.attributes.get(ATTR_MARCH)
+    if isinstance(done, StringAttr) or (
+        "qnt.const_fake_quant" not in names and names & _FIXED_POINT
+    ):
+        was = f" for {done.data}" if isinstance(done, StringAttr) else ""
+        raise ConvertError(
+            f"convert: the model is already converted{was} (quantized.bc); "
+            f"converting it again would only relabel it. Convert the qat.bc it was "
+            f"made from instead: hbir.convert(hbir.load('qat.bc'), '{march}')"
+        )
+    if "qnt.const_fake_quant" not in names:
+        warnings.warn(
+            "convert: the model has no qnt.const_fake_quant (a float model): every "
+            "op stays float, on the CPU. To quantize it, export the QAT model: "
+            "prepare, calibrate, set_fake_quantize(qat, FakeQuantState.VALIDATION), "
+            "then hbir.quantization.export(qat, example_inputs)",
+            UserWarning,
+            stacklevel=4,  # the caller of hbir.convert
+        )
+
+
 @dataclass(frozen=True)
 class ConvertPass(ModulePass):
     """Convert fake-quant HBIR to fixed point for a march (the convert phase)."""
@@ -75,7 +115,8 @@ class ConvertPass(ModulePass):
     march: str = "nash-e"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        get_march(self.march)
-        for sub in sub_passes(self.march):
+        march = get_march(self.march).name  # a plain string, also for hbir.March
+        check_convertible(op, march)
+        for sub in sub_passes(march):
             sub.apply(ctx, op)
-        op.attributes["hbir.march"] = StringAttr(self.march)
+        op.attributes[ATTR_MARCH] = StringAttr(march)

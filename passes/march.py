@@ -9,10 +9,11 @@ to 256, dilations up to 18.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
-class March:
+class MarchLimits:
     name: str
     operand_bits: tuple[int, ...]  # integer widths the NPU ops take
     gemm_both_int16: bool  # may input and weight both be int16?
@@ -23,9 +24,21 @@ class March:
     max_dilation: int
 
 
-MARCHES: dict[str, March] = {
-    "nash-e": March("nash-e", (8, 16), False, 31, 8192, 8192, 256, 18),
-    "nash-m": March("nash-m", (8, 16), False, 31, 8192, 8192, 256, 18),
+class March(StrEnum):
+    """The march names as an enum, ``hbir.March``: ``March.nash_e`` as hbdk4
+    spells it, ``March.NASH_E`` as horizon_plugin_pytorch does. A member is the
+    string itself (``March.nash_e == "nash-e"``), so it goes wherever a march
+    string does."""
+
+    nash_e = "nash-e"
+    nash_m = "nash-m"
+    NASH_E = "nash-e"
+    NASH_M = "nash-m"
+
+
+MARCHES: dict[str, MarchLimits] = {
+    March.nash_e.value: MarchLimits("nash-e", (8, 16), False, 31, 8192, 8192, 256, 18),
+    March.nash_m.value: MarchLimits("nash-m", (8, 16), False, 31, 8192, 8192, 256, 18),
 }
 
 
@@ -33,8 +46,8 @@ class UnknownMarchError(ValueError):
     """A march name that is not in ``MARCHES``."""
 
 
-def get_march(name: str) -> March:
-    if name not in MARCHES:
+def get_march(name: str) -> MarchLimits:
+    if not isinstance(name, str) or name not in MARCHES:
         raise UnknownMarchError(
             f"unknown march '{name}': expected one of {', '.join(MARCHES)}"
         )

@@ -6,7 +6,8 @@ quants around a stretch of ``qat.bc`` therefore makes that stretch float, and
 bisecting which stretch loses accuracy in convert is a matter of choosing IDs.
 ``bc_editor`` runs this pass from a JSON config.
 
-IDs are the ``%N`` numbers ``get_asm`` prints for the input module (the rule is in
+IDs are the ``%N`` numbers ``get_asm`` prints for the input module: one per op
+with a result, counted per function from 0 (the rule is in
 ``dialects/op_ids.py``). Option syntax::
 
     remove-fake-quant{ids=7}                 %7
@@ -21,26 +22,29 @@ both ends to exist; it takes every fake quant inside it, at least one, and leave
 the other ops in it alone. Every bad entry is reported in one error, and then the
 module is left unchanged.
 
-Before (``remove-fake-quant{ids=3}``)::
+Before (``remove-fake-quant{ids=2}``, in ``get_asm``'s form)::
 
-    func.func @forward(%0: tensor<4xf32>) -> tensor<4xf32> {
-      %1 = qnt.const_fake_quant %0 {min = array<f64: -4.0>,
-          max = array<f64: 3.96875>, bits = 8 : i64} : tensor<4xf32>
-      %2 = hbir.sigmoid %1 : tensor<4xf32>
-      %3 = qnt.const_fake_quant %2 {min = array<f64: -1.0>,
-          max = array<f64: 0.9921875>, bits = 8 : i64} : tensor<4xf32>
-      %4 = hbir.relu %3 : tensor<4xf32>
-      func.return %4 : tensor<4xf32>
+    func.func @forward(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = "qnt.const_fake_quant"(%arg0) <{bits = 8 : i64, max = [3.968750e+00],
+          min = [-4.000000e+00], narrowRange = false}> : (tensor<4xf32>) ->
+          tensor<4xf32>
+      %1 = "hbir.sigmoid"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+      %2 = "qnt.const_fake_quant"(%1) <{bits = 8 : i64, max = [9.921875e-01],
+          min = [-1.000000e+00], narrowRange = false}> : (tensor<4xf32>) ->
+          tensor<4xf32>
+      %3 = "hbir.relu"(%2) : (tensor<4xf32>) -> tensor<4xf32>
+      return %3 : tensor<4xf32>
     }
 
 After (the relu now reads the float sigmoid; printing renumbers)::
 
-    func.func @forward(%0: tensor<4xf32>) -> tensor<4xf32> {
-      %1 = qnt.const_fake_quant %0 {min = array<f64: -4.0>,
-          max = array<f64: 3.96875>, bits = 8 : i64} : tensor<4xf32>
-      %2 = hbir.sigmoid %1 : tensor<4xf32>
-      %3 = hbir.relu %2 : tensor<4xf32>
-      func.return %3 : tensor<4xf32>
+    func.func @forward(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = "qnt.const_fake_quant"(%arg0) <{bits = 8 : i64, max = [3.968750e+00],
+          min = [-4.000000e+00], narrowRange = false}> : (tensor<4xf32>) ->
+          tensor<4xf32>
+      %1 = "hbir.sigmoid"(%0) : (tensor<4xf32>) -> tensor<4xf32>
+      %2 = "hbir.relu"(%1) : (tensor<4xf32>) -> tensor<4xf32>
+      return %2 : tensor<4xf32>
     }
 """
 
@@ -53,11 +57,11 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import BlockArgument, OpResult, SSAValue
+from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from hbir.dialects.op_ids import OpIdError, id_function, value_ids
+from hbir.dialects.op_ids import OpIdError, id_function, op_ids
 
 # The qnt dialect is imported where it is used: it pulls in numpy, which
 # `hbir-opt --help` (it imports every pass) must not.
@@ -92,6 +96,9 @@ def parse_ids(entries: Sequence[int | str]) -> list[IdRange]:
         for piece in str(entry).split(","):
             text = piece.strip()
             m = _ENTRY.fullmatch(text)
+            if m is None and re.fullmatch(r"%?arg\d+", text):
+                bad.append(f"{text!r}: a function argument, not an op ID")
+                continue
             if m is None:
                 bad.append(f"{text!r}: not an ID (7, %7) or a range (1-100)")
                 continue
@@ -107,38 +114,26 @@ def parse_ids(entries: Sequence[int | str]) -> list[IdRange]:
     return ranges
 
 
-def _is_fake_quant(value: SSAValue) -> bool:
+def _is_fake_quant(op: Operation) -> bool:
     from hbir.dialects.qnt import ConstFakeQuantOp
 
-    return isinstance(value, OpResult) and isinstance(value.owner, ConstFakeQuantOp)
+    return isinstance(op, ConstFakeQuantOp)
 
 
-def _describe(value: SSAValue, func: FuncOp) -> str:
-    if isinstance(value, BlockArgument):
-        if value.block is func.body.blocks.first:
-            return f"argument {value.index} of @{func.sym_name.data}"
-        return "a block argument"
-    assert isinstance(value, OpResult)
-    if value.index:
-        return f"result {value.index} of a '{value.owner.name}'"
-    return f"'{value.owner.name}'"
-
-
-def _choose(r: IdRange, values: dict[int, SSAValue], func: FuncOp) -> list[int] | str:
+def _choose(r: IdRange, ops: dict[int, Operation], func: FuncOp) -> list[int] | str:
     """The fake-quant IDs ``r`` takes, or why it is bad."""
     if r.start > r.end:
         return f"reversed range: {r.start} > {r.end}"
-    missing = [n for n in dict.fromkeys((r.start, r.end)) if n not in values]
+    missing = [n for n in dict.fromkeys((r.start, r.end)) if n not in ops]
     if missing:
-        last = f"its IDs end at %{len(values) - 1}" if values else "it has no IDs"
+        last = f"its IDs end at %{len(ops) - 1}" if ops else "it has no IDs"
         names = " or ".join(f"%{n}" for n in missing)
         return f"@{func.sym_name.data} has no {names} ({last})"
     if not r.is_range:
-        if not _is_fake_quant(values[r.start]):
-            what = _describe(values[r.start], func)
-            return f"%{r.start} is {what}, not a {FAKE_QUANT}"
+        if not _is_fake_quant(ops[r.start]):
+            return f"%{r.start} is '{ops[r.start].name}', not a {FAKE_QUANT}"
         return [r.start]
-    found = [n for n in range(r.start, r.end + 1) if _is_fake_quant(values[n])]
+    found = [n for n in range(r.start, r.end + 1) if _is_fake_quant(ops[n])]
     return found or f"no {FAKE_QUANT} from %{r.start} to %{r.end}"
 
 
@@ -157,11 +152,11 @@ def remove_fake_quants(
         func = id_function(module, function)
     except OpIdError as e:
         raise OpIdError(f"{source}: {e}") from None
-    values = value_ids(func)
+    ops = op_ids(func)
     chosen: set[int] = set()
     bad: list[str] = []
     for r in ranges:
-        got = _choose(r, values, func)
+        got = _choose(r, ops, func)
         if isinstance(got, str):
             bad.append(f"  {r.text}: {got}")
         else:
@@ -173,9 +168,35 @@ def remove_fake_quants(
             + "\n".join(bad)
         )
     for n in sorted(chosen):
-        op = values[n].owner
-        Rewriter.replace_op(op, [], [op.operands[0]])
+        _make_float(ops[n])
+        Rewriter.replace_op(ops[n], [], [ops[n].operands[0]])
     return sorted(chosen)
+
+
+def _make_float(fake_quant: Operation) -> None:
+    """The ops next to a removed fake quant compute in float: an op marked
+    ``qnt.exact`` (its integer lowering's numbers) that reads the fake quant's
+    output or writes its input, through ops that pass values on (moves, relu,
+    clip, casts), loses the mark."""
+    from hbir.dialects import hbir, qnt
+    from hbir.passes import fixed_point as fp
+
+    passes_on = (hbir.ReluOp, hbir.ClipOp, hbir.CastOp)
+    seen: set[Operation] = set()
+    todo = [use.operation for use in fake_quant.results[0].uses]
+    producer = fake_quant.operands[0].owner
+    if isinstance(producer, Operation):
+        todo.append(producer)
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if op.attributes.pop(qnt.EXACT, None) is not None:
+            continue
+        if fp.keeps_grid(op) or isinstance(op, passes_on):
+            todo += [use.operation for r in op.results for use in r.uses]
+            todo += [v.owner for v in op.operands if isinstance(v.owner, Operation)]
 
 
 @dataclass(frozen=True)

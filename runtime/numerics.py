@@ -66,19 +66,31 @@ def round_float(v: np.ndarray, mode: str = HALF_EVEN) -> np.ndarray:
     raise ValueError(f"unknown rounding mode {mode!r}")
 
 
+# The legal requantization parameters (``qnt.requantize`` verifies them): a
+# multiplier in [0, 2**31) and a shift in [-31, 62], negative for a left shift.
+MULTIPLIER_LIMIT = 1 << 31
+SHIFT_RANGE = (-31, 62)
+
+
 def shift_round(
     x: np.ndarray, n: int | np.ndarray, mode: str = HALF_EVEN
 ) -> np.ndarray:
     """``x / 2**n`` rounded to an integer with an explicit tie rule, exact in int64.
 
     ``n`` may be an array broadcasting against ``x`` (per-channel shifts); ``n == 0``
-    returns ``x`` unchanged. Negative ``n`` is a left shift.
+    returns ``x`` unchanged. Negative ``n`` (at least ``SHIFT_RANGE[0]``) is a left
+    shift, saturating at ``±2**62`` instead of overflowing.
     """
     x = np.asarray(x, np.int64)
     n = np.asarray(n, np.int64)
     if np.any(n < 0):
         left = np.where(n < 0, -n, 0)
-        x = x << left
+        if np.any(left > -SHIFT_RANGE[0]):
+            raise ValueError(f"left shifts are at most {-SHIFT_RANGE[0]} bits")
+        # A value beyond 2**(62 - left) would overflow int64; its shifted value
+        # is beyond every 32-bit result anyway, so it saturates to that bound.
+        bound = np.left_shift(np.int64(1), 62 - left)
+        x = np.clip(x, -bound, bound) << left
         n = np.where(n < 0, 0, n)
     floor = x >> n
     rem = x - (floor << n)  # in [0, 2**n)

@@ -8,6 +8,8 @@ turns every error into a located one-line diagnostic with exit status 1.
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +26,12 @@ from hbir.passes import (
     PassRegistryError,
     get_all_passes,
     load_plugin,
+    options,
+    pass_options,
     summaries,
     summary,
 )
+from hbir.passes.march import UnknownMarchError
 from hbir.passes.pipelines import PHASES, pipeline_up_to, stop_points
 
 # xDSL's own generic passes worth exposing next to ours.
@@ -119,9 +124,15 @@ class HbirOptMain(xDSLOptMain):
     def _pass_listing(self) -> str:
         lines = ["passes:"]
         ours = summaries()  # read from the sources: no pass module is imported
+        our_options = options()
         for name in sorted(self.available_passes):
             text = ours.get(name) or summary(self.available_passes[name]())
             lines.append(f"  {name:<24} {text}")
+            found = our_options.get(name)
+            if found is None:
+                found = pass_options(self.available_passes[name]())
+            if found:  # given as -p 'name{option=value option=value}'
+                lines.append(f"  {'':<24}   options: {', '.join(found)}")
         lines.append("phases (--compile-to):")
         for phase, specs in PHASES.items():
             lines.append(f"  {phase:<24} {','.join(specs) or '(verify only)'}")
@@ -133,18 +144,36 @@ class HbirOptMain(xDSLOptMain):
 
         specs = [self.args.passes] if self.args.passes else []
         if self.args.compile_to:
-            for _, phase_specs in pipeline_up_to(self.args.compile_to):
+            try:
+                phases = pipeline_up_to(self.args.compile_to)
+            except ValueError as e:  # a phase with no passes yet
+                raise diagnostics.HbirError(f"hbir-opt: error: {e}") from None
+            for _, phase_specs in phases:
                 specs.extend(phase_specs)
 
         def verify_between(previous, module: ModuleOp, next_pass) -> None:
             if not self.args.disable_verify and previous is not None:
                 diagnostics.verify(module, filename=f"after pass '{previous.name}'")
 
-        self.pipeline = PassPipeline.parse_spec(
-            self.available_passes, ",".join(specs), verify_between
-        )
+        spec = ",".join(specs)
+        _check_spec(spec, self.available_passes)
+        try:
+            self.pipeline = PassPipeline.parse_spec(
+                self.available_passes, spec, verify_between
+            )
+        except ValueError as e:  # an option xDSL cannot give the pass
+            raise diagnostics.HbirError(f"hbir-opt: error: {e}") from None
 
     # ---- input / output
+    def prepare_input(self):
+        extension = os.path.splitext(self.args.input_file or "x.mlir")[1]
+        if extension not in files.SUFFIXES and not self.args.frontend:
+            raise files.HbirFileError(
+                f"{self.args.input_file}: unsupported file type '{extension}': "
+                f"expected one of {files.SUFFIXES}"
+            )
+        return super().prepare_input()
+
     def parse_chunk(
         self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
     ) -> ModuleOp:
@@ -156,6 +185,7 @@ class HbirOptMain(xDSLOptMain):
         return diagnostics.parse_module(self.ctx, data, name, start_offset)
 
     def run(self) -> None:
+        self._check_output()
         chunks, extension = self.prepare_input()
         if extension == "bc" and self.args.split_input_file:
             raise diagnostics.HbirError(
@@ -177,37 +207,108 @@ class HbirOptMain(xDSLOptMain):
             outputs.append(self.output_resulting_program(module))
         self._write(outputs, modules)
 
+    def _check_output(self) -> None:
+        path = self.args.output_file
+        if path is not None and os.path.splitext(path)[1] not in files.SUFFIXES:
+            raise files.HbirFileError(
+                f"{path}: hbir-opt writes {' or '.join(files.SUFFIXES)}: end the "
+                "output path in .bc (model file) or .mlir (text); a torch .pt "
+                "comes from torch.save, not from hbir-opt"
+            )
+
     def _write(self, outputs: list[str], modules: list[ModuleOp]) -> None:
         path = self.args.output_file
         if path and path.endswith(".bc"):
             if len(modules) != 1 or len(outputs) != 1:
-                raise diagnostics.HbirError(
+                raise files.HbirFileError(
                     f"{path}: a .bc file holds exactly one module"
                 )
+            data = files.encode_bc(files.print_module(modules[0]))
             with open(path, "wb") as f:
-                f.write(files.encode_bc(files.print_module(modules[0])))
+                f.write(data)
             return
         text = "// -----\n".join(outputs)
         if path:
-            with open(path, "w") as f:
+            with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
         else:
             sys.stdout.write(text)
 
 
+def _check_spec(spec: str, available: dict) -> None:
+    """Unknown pass names (with a "did you mean") and options given twice."""
+    from xdsl.utils.arg_spec import PipelineLexer, SpecTokenKind, parse_pipeline
+
+    for pass_spec in parse_pipeline(spec):
+        if pass_spec.name not in available:
+            close = difflib.get_close_matches(pass_spec.name, list(available), n=1)
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else "hbir-opt --help lists every pass"
+            )
+            raise diagnostics.HbirError(
+                f"hbir-opt: error: unknown pass '{pass_spec.name}' ({hint})"
+            )
+    # xDSL keeps the last of two equal options; a typo'd pipeline would then
+    # silently run with a value the user did not mean.
+    lexer = PipelineLexer(spec)
+    names: list[str] = []
+    depth, previous, seen = 0, None, set()
+    while (token := lexer.lex()).kind is not SpecTokenKind.EOF:
+        kind = token.kind
+        if kind is SpecTokenKind.IDENT and depth == 0:
+            names.append(token.span.text)
+        elif kind is SpecTokenKind.L_BRACE:
+            depth, seen = depth + 1, set()
+        elif kind is SpecTokenKind.R_BRACE:
+            depth -= 1
+        elif kind is SpecTokenKind.IDENT and previous in (
+            SpecTokenKind.L_BRACE,
+            SpecTokenKind.SPACE,
+        ):
+            key = token.span.text
+            if key in seen:
+                raise diagnostics.HbirError(
+                    f"hbir-opt: error: pass '{names[-1]}': option '{key}' is given "
+                    "twice; give it once"
+                )
+            seen.add(key)
+        previous = kind
+
+
 def main(args: Sequence[str] | None = None) -> None:
+    """Run hbir-opt; a user error is one message and status 1.
+
+    Errors the user can cause are caught by type: ``HbirError`` (located IR
+    errors, ``HbirFileError`` as ``hbir-opt: error: <file>: <what>``), plugin
+    errors, malformed pipelines, unreadable files. Anything else is a bug in
+    hbir: it prints as an internal error with its traceback and status 2.
+    """
     try:
         HbirOptMain(args).run()
+    except diagnostics.HbirFileError as e:
+        print(f"hbir-opt: error: {e}", file=sys.stderr)
+        sys.exit(1)
     except (diagnostics.HbirError, PassRegistryError) as e:
         print(e, file=sys.stderr)
         sys.exit(1)
-    except (ValueError, ArgSpecParseError) as e:
-        # Unknown passes, malformed pass options, unknown file extensions.
+    except (ArgSpecParseError, UnknownMarchError) as e:  # a malformed -p pipeline
         print(f"hbir-opt: error: {e}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:
         print(f"hbir-opt: error: {e.filename}: {e.strerror}", file=sys.stderr)
         sys.exit(1)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print(
+            "hbir-opt: internal error: this is a bug in hbir, not in your input; "
+            "please report it with the command line and the input file",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 if __name__ == "__main__":

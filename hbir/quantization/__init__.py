@@ -32,7 +32,7 @@ from hbir.quantization.qconfig import FakeQuantSpec, QConfig, QconfigSetter, get
 from hbir.quantization.rounding import get_round_mode, is_legacy_round, set_round_mode
 from hbir.quantization.states import FakeQuantState, set_fake_quantize
 from hbir.quantization.stubs import DeQuantStub, QuantStub
-from hbir.quantization.tracing import PrepareError
+from hbir.quantization.tracing import PrepareError, set_source_root
 
 # Export builds xDSL IR: it loads on first use, so the torch side (prepare, fake
 # quantization, pre_export) imports no xDSL module.
@@ -100,4 +100,5 @@ __all__ = [
     "qint8",
     "set_fake_quantize",
     "set_round_mode",
+    "set_source_root",
 ]

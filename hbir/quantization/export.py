@@ -67,7 +67,7 @@ from hbir.module import (
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.pre_export import PreExportError, check_frozen
 from hbir.quantization.rounding import is_legacy_round
-from hbir.quantization.tracing import HbirTracer, user_frame
+from hbir.quantization.tracing import HbirTracer, source_location, user_frame
 
 _TORCH_TO_IR = {torch.float32: f32, torch.float64: f64}
 
@@ -213,10 +213,10 @@ class Exporter:
         index = self._calls[key]
         self._calls[key] += 1
         inner = UnknownLoc()
-        frame = user_frame(node.meta.get("stack_trace"))
-        if frame:
-            file, line = frame.split(": ", 1)[0].rsplit(":", 1)
-            inner = FileLineColLoc(StringAttr(file), IntAttr(int(line)), IntAttr(0))
+        where = source_location(node)  # relative path, real column (tracing.py)
+        if where:
+            file, line, column = where
+            inner = FileLineColLoc(StringAttr(file), IntAttr(line), IntAttr(column))
         self._location = NameLoc(StringAttr(f"{key}#{index}"), inner)
 
     # ---- the dispatch loop

@@ -63,13 +63,22 @@ def prepare(
     example_inputs,
     qconfig: QConfig | QconfigSetter | None = None,
     out_dir: str | os.PathLike = ".",
+    *,
+    qconfig_setter: QconfigSetter | None = None,
 ) -> fx.GraphModule:
     """Return the QAT version of ``model`` and write the two check files to ``out_dir``.
 
     ``qconfig`` is a ``QConfig`` for every layer or a ``QconfigSetter`` with overrides;
+    ``qconfig_setter=`` is the reference toolchain's name for it.
     ``ConsistencyStrategy.set_consistency_level`` must be called before. The float
     model is not modified.
     """
+    if qconfig_setter is not None:
+        if qconfig is not None:
+            raise TypeError(
+                "prepare: qconfig and qconfig_setter are one argument: give one"
+            )
+        qconfig = qconfig_setter
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
     # The model runs on them while tracing: in-place ops must not touch the user's.

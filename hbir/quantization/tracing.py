@@ -11,9 +11,13 @@ in place; it is built for inference export, not for a training loop.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import linecache
 import operator
 import os
 import re
+import sys
 import traceback
 from dataclasses import dataclass
 
@@ -40,6 +44,14 @@ class HbirTracer(fx.Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.record_stack_traces = True
+
+    def create_node(self, *args, **kwargs) -> fx.Node:
+        node = super().create_node(*args, **kwargs)
+        # Only where torch found the user's code (not placeholders, the output).
+        position = _user_position(sys._getframe(1)) if node.stack_trace else None
+        if position is not None:
+            node.meta[SOURCE_POSITION] = position
+        return node
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
         if isinstance(m, Decomposition):
@@ -296,6 +308,79 @@ def user_frame(stack_trace: str | None) -> str | None:
         if _is_user_file(frame["file"]):
             return f"{frame['file']}:{frame['line']}: {frame['code'].strip()}"
     return None
+
+
+# node.meta key: (file, line, column) of the user code that made the node, the
+# column 1-based as MLIR counts (0: unknown). prepare copies node meta along.
+SOURCE_POSITION = "hbir_source_position"
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_source_root: str | None = None
+
+
+def set_source_root(root: str | os.PathLike | None) -> None:
+    """The folder the source paths in exported locations are relative to.
+
+    By default each file's project root: the nearest folder above it that holds
+    ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``, else the current
+    directory. ``None`` restores the default.
+    """
+    global _source_root
+    _source_root = None if root is None else os.path.abspath(root)
+
+
+@functools.lru_cache(maxsize=256)
+def _project_root(folder: str) -> str | None:
+    while True:
+        if any(os.path.exists(os.path.join(folder, m)) for m in _PROJECT_MARKERS):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def source_path(path: str) -> str:
+    """``path`` as a model file stores it: relative to the source root, so that a
+    model carries no absolute path of the machine it was exported on."""
+    path = os.path.abspath(path)
+    root = _source_root or _project_root(os.path.dirname(path)) or os.getcwd()
+    try:
+        relative = os.path.relpath(path, root)
+    except ValueError:  # another drive
+        return os.path.basename(path)
+    return relative.replace(os.sep, "/")
+
+
+def _user_position(frame) -> tuple[str, int, int] | None:
+    """(file, line, 1-based column) of the innermost user frame from ``frame`` out,
+    read from Python's own instruction positions (3.11+)."""
+    while frame is not None and not _is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    code = frame.f_code
+    positions = itertools.islice(code.co_positions(), frame.f_lasti // 2, None)
+    line, _, col, _ = next(positions, (None, None, None, None))
+    line = line or frame.f_lineno
+    if col is None:
+        return code.co_filename, line, 0
+    # co_positions counts UTF-8 bytes; MLIR columns count characters from 1.
+    text = linecache.getline(code.co_filename, line).encode()
+    return code.co_filename, line, len(text[:col].decode(errors="ignore")) + 1
+
+
+def source_location(node: fx.Node) -> tuple[str, int, int] | None:
+    """(path as ``source_path`` stores it, line, column) of the user code that
+    made ``node``; the column is 0 where only the stack trace is known."""
+    position = node.meta.get(SOURCE_POSITION)
+    if position is None:
+        frames = [m.groupdict() for m in _FRAME.finditer(node.stack_trace or "")]
+        users = [f for f in frames if _is_user_file(f["file"])]
+        if not users:
+            return None
+        position = (users[-1]["file"], int(users[-1]["line"]), 0)
+    file, line, column = position
+    return source_path(file), line, column
 
 
 def user_frame_of_traceback(tb) -> str | None:

@@ -36,6 +36,33 @@ def test_digits_end_to_end(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
     for name in ("model_check_result.txt", "fx_graph.txt"):
         assert (tmp_path / name).read_text().strip()
+    _reload_qat_pt(tmp_path)
+
+
+def _reload_qat_pt(out):
+    """qat.pt loads with weights_only=True into a fresh prepare, as
+    docs/quantization.md shows, and exports to the very qat.bc the example wrote."""
+    import importlib.util
+
+    import numpy as np
+    import torch
+
+    import hbir
+    from hbir.quantization import FakeQuantState, export, prepare, set_fake_quantize
+
+    spec = importlib.util.spec_from_file_location("digits", EXAMPLES / "digits_e2e.py")
+    digits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(digits)
+    (x_train, _), (x_test, _) = digits.load_data()
+    qconfig = digits.get_qconfig(observer=digits.MovingAverageMinMaxObserver)
+    qat = prepare(digits.DigitsNet(), x_train[: digits.BATCH], qconfig, out_dir=out)
+    qat.load_state_dict(torch.load(out / "qat.pt", weights_only=True))
+    qat.eval()
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    example = x_test[: digits.BATCH]
+    again = export(qat, (example,))["forward"](example.numpy())
+    saved = hbir.load(out / "qat.bc")["forward"](example.numpy())
+    np.testing.assert_array_equal(again, saved)
 
 
 def test_quickstart(tmp_path):

@@ -174,3 +174,101 @@ def test_xdsl_printer_still_needs_the_decimal_workaround():
     stream = io.StringIO()
     Printer(stream=stream).print_op(hbir.Module.parse(FLOATS_WITHOUT_POINT).module.op)
     assert "array<f64: 0xC130000000000000>" in stream.getvalue()
+
+
+# ---- issue 16: hostile .bc files are refused in bounded time and memory
+
+HEADER = struct.Struct("<8sHHIQQ")
+
+
+def container(payload: bytes, text_size: int) -> bytes:
+    """A .bc file around ``payload`` whose header announces ``text_size``."""
+    import zlib
+
+    return (
+        HEADER.pack(files.MAGIC, 1, 0, zlib.crc32(payload), len(payload), text_size)
+        + payload
+    )
+
+
+def zstd_zeros(size: int) -> bytes:
+    """``size`` zero bytes compressed, without ever holding them in memory."""
+    import zstandard
+
+    stream = zstandard.ZstdCompressor(level=1).compressobj()
+    chunk = bytes(2**20)
+    parts = [stream.compress(chunk) for _ in range(size // len(chunk))]
+    return b"".join(parts) + stream.flush()
+
+
+@pytest.mark.parametrize("text_size", [2**30, 2**40, 2**63, 2**64 - 1])
+def test_announced_text_beyond_the_bounds_is_refused(tmp_path, text_size):
+    path = tmp_path / "hostile.bc"
+    path.write_bytes(container(b"\x28\xb5\x2f\xfd" + bytes(28), text_size))
+    with pytest.raises(hbir.HbirFileError, match="the file is corrupt or hostile"):
+        hbir.load(path)  # was MemoryError / OverflowError
+
+
+def test_payload_inflating_beyond_its_announced_size_stops_there(tmp_path):
+    bomb = zstd_zeros(2**30)  # 32 KB inflating to 1 GiB
+    path = tmp_path / "bomb.bc"
+    path.write_bytes(container(bomb, 1000))
+    with pytest.raises(hbir.HbirFileError, match="holds more than 1001 bytes"):
+        hbir.load(path)
+
+
+def test_non_utf8_payload_is_a_file_error(tmp_path):
+    import zstandard
+
+    path = tmp_path / "bytes.bc"
+    path.write_bytes(container(zstandard.ZstdCompressor().compress(b"\xff\xfe"), 2))
+    with pytest.raises(hbir.HbirFileError, match="not UTF-8 text"):
+        hbir.load(path)  # was UnicodeDecodeError
+
+
+MEMORY_PROBE = """
+import resource, sys
+import hbir
+from hbir import files  # everything loading needs, imported before measuring
+from hbir.dialects import make_context
+make_context().get_optional_op("hbir.relu")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    hbir.load(sys.argv[1])
+except hbir.HbirError as e:
+    print("refused:", str(e).splitlines()[0][-60:])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) // 1024)
+"""
+
+
+@pytest.mark.parametrize("announced", ["honest", "maximum allowed"])
+def test_160kb_hostile_bc_is_refused_in_under_100mb(tmp_path, announced):
+    """A 160 KB file: a zstd bomb (1 GiB of zeros) and 128 KB of other data."""
+    import subprocess
+    import sys
+
+    payload = zstd_zeros(2**30) + bytes(128 * 1024)
+    text_size = 2**30 if announced == "honest" else 256 * len(payload)
+    path = tmp_path / "hostile.bc"
+    path.write_bytes(container(payload, text_size))
+    assert 150_000 < path.stat().st_size < 170_000
+    res = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    message, used_mb = res.stdout.splitlines()
+    assert message.startswith("refused:"), res.stdout
+    assert int(used_mb) < 100, f"{used_mb} MB"
+
+
+def test_save_to_a_directory_or_missing_folder(model, tmp_path):
+    folder = tmp_path / "dir.bc"
+    folder.mkdir()
+    with pytest.raises(hbir.HbirFileError, match="is a directory: give a file name"):
+        hbir.save(model, folder)  # was IsADirectoryError
+    missing = tmp_path / "no" / "such" / "model.bc"
+    with pytest.raises(hbir.HbirFileError, match="does not exist: create it"):
+        hbir.save(model, missing)  # was FileNotFoundError

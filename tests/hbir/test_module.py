@@ -81,10 +81,16 @@ def test_feed_names_every_problem(model):
 
 def test_get_asm_and_debug_info(model):
     asm = model.module.get_asm()
-    assert "hbir.add %x, %y" in asm and "loc(" not in asm
+    assert '%0 = "hbir.add"(%arg0, %arg1)' in asm and "loc(" not in asm
     assert 'loc("net.py":3:9)' in model.module.get_asm(enable_debug_info=True)
     assert model.module.operation.get_asm() == asm
-    assert '"hbir.add"' in model.module.get_asm(generic=True)
+    # The reference's spelling of the debug-info call.
+    debug = model.module.operation.get_asm(
+        enable_debug_info=True, pretty_debug_info=True
+    )
+    assert debug == model.module.get_asm(enable_debug_info=True)
+    assert "hbir.add %x, %y" in model.module.get_asm(pretty=True)
+    assert '"func.return"' in model.module.get_asm(generic=True)
 
 
 def test_clone_is_independent(model):
@@ -97,12 +103,21 @@ def test_clone_is_independent(model):
     assert "hbir.relu" in model.module.get_asm()
 
 
-def test_statistics(model):
+def test_statistics(model, capsys):
     stats = hbir.statistics(model)
     assert stats == {
         "forward": {"hbir.add": 1, "hbir.reduce_sum": 1, "hbir.relu": 1},
         "named": {"hbir.neg": 1},
     }
+    # Printed as the reference toolchain prints it, per function.
+    assert capsys.readouterr().out.splitlines() == [
+        "ops encountered in func @forward",
+        "\t hbir.add : 1",
+        "\t hbir.reduce_sum : 1",
+        "\t hbir.relu : 1",
+        "ops encountered in func @named",
+        "\t hbir.neg : 1",
+    ]
 
 
 def test_module_flags_default_and_read_back():

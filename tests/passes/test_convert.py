@@ -1,5 +1,6 @@
 """convert: qat.bc -> quantized.bc on the zoo, hbir-opt equality, march, islands."""
 
+import re
 import subprocess
 from fractions import Fraction
 
@@ -68,7 +69,8 @@ def test_hbir_opt_convert_equals_hbir_convert(tmp_path):
             text=True,
             check=True,
         ).stdout
-        assert out.rstrip("\n") == quantized.module.get_asm().rstrip("\n")
+        pretty = quantized.module.get_asm(pretty=True)  # hbir-opt's form
+        assert out.rstrip("\n") == pretty.rstrip("\n")
 
 
 def test_quantized_feeds_and_round_trips_save_load(tmp_path):
@@ -327,3 +329,26 @@ def test_bilinear_resize_runs_on_the_npu_bit_identically(call, dtype, tmp_path):
             want = exported_pt(x).numpy()
         assert qat_bc["forward"](x).tobytes() == want.tobytes()
         np.testing.assert_array_equal(quantized["forward"](x), want)
+
+
+def test_the_pass_docstring_example_is_what_the_pass_produces():
+    """The Before ops of passes/convert.py's docstring, converted, give its After."""
+    from hbir.passes import convert as convert_pass
+
+    flat = re.sub(r"\s+", " ", convert_pass.__doc__)
+    before = flat.split("Before:: ")[1].split(" After::")[0]
+    after = flat.split("After:: ")[1]
+    ops = re.sub(r" (%\d+ = )", r"\n  \1", before)  # one op per line
+    text = (
+        f"func.func @f(%0: tensor<4xf32>) -> tensor<4xf32> {{\n  {ops}\n"
+        "  func.return %3 : tensor<4xf32>\n}"
+    )
+    quantized = hbir.convert(hbir.Module.parse(text), "nash-e")
+    printed = re.sub(r"\s+", " ", quantized.module.get_asm(pretty=True))
+    requantize = re.search(r"qnt.requantize %1 (\{[^}]*\})", after)
+    assert requantize and requantize[1] in printed, printed
+    # The numbers themselves: the scale ratio (1/128) / (1/64) as multiplier/2**shift.
+    m, s = re.search(
+        r"multiplier = array<i64: (\d+)>, shift = array<i64: (\d+)>", after
+    ).groups()
+    assert Fraction(int(m), 2 ** int(s)) == Fraction(1, 128) / Fraction(1, 64)

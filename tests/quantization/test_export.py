@@ -1,6 +1,7 @@
 """export: qat.bc equals qat.export.pt bit for bit, with located ops and errors."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,16 +63,18 @@ def test_debug_info_names_module_path_op_and_source_line(tmp_path):
     asm = export(qat, example).module.get_asm(enable_debug_info=True)
     conv_lines = [line for line in asm.splitlines() if "hbir.conv2d" in line]
     assert conv_lines
-    # loc("<module path>|<torch op>#<call index>"("<file>":<line>:0))
+    # loc("<module path>|<torch op>#<call index>"("<file>":<line>:<column>)), the
+    # file relative to the project root
     pattern = re.compile(
-        r'loc\("([\w.]+)\|[\w.]+Conv2d#\d+"\("([^"]+zoo\.py)":(\d+):0\)\)'
+        r'loc\("([\w.]+)\|[\w.]+Conv2d#\d+"\("(tests/zoo\.py)":(\d+):(\d+)\)\)'
     )
     match = pattern.search(conv_lines[0])
     assert match, conv_lines[0]
-    path, line = match.group(1), int(match.group(3))
+    path, line, column = match.group(1), int(match.group(3)), int(match.group(4))
     assert path in dict(qat.named_modules())
-    source = open(match.group(2)).read().splitlines()[line - 1]
-    assert "conv" in source or "stem" in source or "self." in source
+    root = Path(__file__).resolve().parents[2]
+    source = (root / match.group(2)).read_text().splitlines()[line - 1]
+    assert source[column - 1 :].startswith("self.")  # the call torch recorded
     assert "loc(" not in export(qat, example).module.get_asm()
 
 
@@ -200,7 +203,7 @@ def test_hbir_opt_reads_every_exported_zoo_model(tmp_path):
         model = export(qat, example)
         path = tmp_path / f"{name}.bc"
         hbir.save(model, path)
-        assert opt(str(path)) == model.module.get_asm() + "\n"
+        assert opt(str(path)) == model.module.get_asm(pretty=True) + "\n"
         cleaned = hbir.Module.parse(opt(str(path), "-p", "cleanup"))
         want = model["forward"](*example)
         got = cleaned["forward"](*example)

@@ -1,9 +1,9 @@
 """pre_export: LUT modules compute their tables; sub-modules, num_tables, fallback."""
 
-import numpy as np
 import pytest
 import torch
 import zoo
+from lut_reference import exact_apply
 from zoo_stages import calibrated
 
 from hbir.quantization import FakeQuantState, set_fake_quantize
@@ -44,9 +44,12 @@ def test_every_lut_module_computes_its_table(posenc):
         x, y = seen[name]
         config = mod.table_config()
         assert config is not None, name
-        # Independent path: codes, table, codes, then the output fake quant scale.
-        qmin, qmax = numerics.qrange(config.in_bits)
-        q = np.rint(x.numpy().astype(np.float64) / config.in_scale).astype(np.int64)
+        # Independent path: input codes by torch (half to even, saturated); the
+        # table's output by torch float64 (direct tables: the correctly rounded
+        # function) or by exact integer evaluation of its stored segments
+        # (tests/lut_reference.py), not by apply_lut; then the output scale.
+        hi = 2 ** (config.in_bits - 1) - 1
+        q = torch.clamp(torch.round(x.double() / config.in_scale), -hi - 1, hi)
         table = numerics.build_lut(
             mod.table_name(),
             config.in_scale,
@@ -55,9 +58,10 @@ def test_every_lut_module_computes_its_table(posenc):
             config.out_bits,
             config.num_tables,
         )
-        codes = numerics.apply_lut(table, np.clip(q, qmin, qmax))
-        want = codes.astype(np.float32) * np.float32(config.out_scale)
-        assert np.array_equal(y.numpy(), want), name
+        codes = exact_apply(table, q.to(torch.int64).flatten().tolist())
+        want = torch.tensor(codes, dtype=torch.float32).reshape(y.shape)
+        want = want * torch.tensor(config.out_scale, dtype=torch.float32)
+        assert torch.equal(y, want), name
 
 
 def test_only_lut_modules_change(posenc):

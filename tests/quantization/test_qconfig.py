@@ -95,6 +95,17 @@ def test_module_name_override_takes_effect_and_is_visible(tmp_path):
     assert "| module_name['conv1'] | conv1" in rules
 
 
+def test_qconfig_setter_keyword_as_the_reference_spells_it(tmp_path):
+    setter = QconfigSetter(module_name={"conv1": qint16})
+    torch.manual_seed(0)
+    example = torch.randn(2, 3, 6, 6)
+    qat = prepare(Net().eval(), example, qconfig_setter=setter, out_dir=tmp_path)
+    assert _out_dtype(qat, "conv1") == qint16
+    assert _out_dtype(qat, "block.conv") == qint8
+    with pytest.raises(TypeError, match="qconfig and qconfig_setter are one argument"):
+        prepare(Net(), example, setter, qconfig_setter=setter, out_dir=tmp_path)
+
+
 def test_module_name_prefix_covers_generated_modules(tmp_path):
     qat, text = _prepare(tmp_path, QconfigSetter(module_name={"block": qint16}))
     assert _out_dtype(qat, "block.conv") == qint16

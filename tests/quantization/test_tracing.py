@@ -1,12 +1,25 @@
-"""Tracing helpers: user source lines and recorded values."""
+"""Tracing helpers: user source lines and positions, recorded values."""
+
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from hbir.quantization import QuantStub
-from hbir.quantization.tracing import record_values, trace, user_frame, value_of
+from hbir.quantization.tracing import (
+    SOURCE_POSITION,
+    record_values,
+    set_source_root,
+    source_location,
+    source_path,
+    trace,
+    user_frame,
+    value_of,
+)
 
 TORCH_FILE = torch.__file__
+ROOT = Path(__file__).resolve().parents[2]  # the project root (pyproject.toml)
 
 
 def test_user_frame_skips_torch_and_hbir_frames():
@@ -105,3 +118,74 @@ def test_a_subclass_overriding_a_helper_is_not_its_base():
     from hbir.quantization.op_rules import module_rule
 
     assert module_rule(WSConv(2, 2, 1)) is None
+
+
+# ---- source locations (what export writes into loc(...))
+
+
+class Columns(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.sigmoid(self.fc(x))  # two calls on one line
+
+
+def _line_of(code: str) -> tuple[int, str]:
+    lines = open(__file__).read().splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if code in line)
+    return number, lines[number - 1]
+
+
+def test_source_location_has_the_real_column_and_a_relative_path():
+    gm = trace(Columns(), (torch.randn(2, 3),))
+    nodes = {n.name: n for n in gm.graph.nodes}
+    line, text = _line_of("return torch.sigmoid(self.fc(x))  # two calls")
+    here = os.path.relpath(__file__, ROOT).replace(os.sep, "/")
+    # Columns count from 1, as MLIR's do.
+    assert source_location(nodes["fc"]) == (here, line, text.index("self.fc") + 1)
+    assert source_location(nodes["sigmoid"]) == (
+        here,
+        line,
+        text.index("torch.sigmoid") + 1,
+    )
+    assert source_location(nodes["x"]) is None  # a placeholder has no user code
+    # Without the recorded position (a graph traced by plain torch.fx): the stack
+    # trace's line, column unknown (0).
+    del nodes["fc"].meta[SOURCE_POSITION]
+    assert source_location(nodes["fc"]) == (here, line, 0)
+
+
+def test_source_paths_are_relative_to_the_project_root_or_the_option(tmp_path):
+    project = tmp_path / "proj"
+    (project / "models").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    script = project / "models" / "net.py"
+    assert source_path(str(script)) == "models/net.py"
+    try:
+        set_source_root(project / "models")
+        assert source_path(str(script)) == "net.py"
+        set_source_root(tmp_path)
+        assert source_path(str(script)) == "proj/models/net.py"
+    finally:
+        set_source_root(None)
+    assert source_path(str(script)) == "models/net.py"
+
+
+def test_prepare_keeps_the_source_positions(tmp_path):
+    from hbir.quantization import prepare
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = QuantStub()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.fc(self.quant(x))
+
+    qat = prepare(Net(), (torch.randn(2, 3),), out_dir=tmp_path)
+    fc = next(n for n in qat.graph.nodes if n.target == "fc")
+    line, text = _line_of("return self.fc(self.quant(x))")
+    assert source_location(fc)[1:] == (line, text.index("self.fc") + 1)

@@ -93,6 +93,19 @@ def _output_fake_quants(qat_model):
     return result
 
 
+# Cosine similarity of the VALIDATION output (after calibration and two QAT steps)
+# with the float model's, pinned just below what is measured (the lowest output of
+# each model, December 2026: resnet 0.99991, mobilenet 0.999993, transformer
+# 0.99986, posenc 0.99862, multi_io 0.99163); a regression in quantization shows.
+MIN_COSINE = {
+    "resnet": 0.9999,
+    "mobilenet": 0.9999,
+    "transformer": 0.9998,
+    "posenc": 0.998,
+    "multi_io": 0.991,
+}
+
+
 @pytest.mark.parametrize("name", zoo.NAMES)
 def test_zoo_model_full_workflow(name, tmp_path):
     model, example = zoo.build(name)
@@ -162,7 +175,7 @@ def test_zoo_model_full_workflow(name, tmp_path):
             torch.round(out / fq.scale) * fq.scale, out
         )  # on the int grid
         similarity = F.cosine_similarity(out.flatten(), want.flatten(), dim=0)
-        assert similarity > 0.9, (name, similarity)
+        assert similarity >= MIN_COSINE[name], (name, similarity)
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)
@@ -204,4 +217,5 @@ def test_posenc_with_single_period_tables(tmp_path):
         out, reference = qat_model(*example), model(*example)
     sin = qat_model.get_submodule("_generated_sin_0")
     assert sin.period_fake_quant.scale.item() < 1e-4
-    assert F.cosine_similarity(out.flatten(), reference.flatten(), dim=0) > 0.9
+    similarity = F.cosine_similarity(out.flatten(), reference.flatten(), dim=0)
+    assert similarity >= 0.998, similarity  # measured 0.99864

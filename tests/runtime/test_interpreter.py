@@ -1174,6 +1174,18 @@ def test_image_preprocess(csc, convert):
         )
         back = y[0] * np.array(STD)[:, None, None] + np.array(MEAN)[:, None, None]
         assert np.abs(back * 255 - np.clip(rgb, 0, 255)).max() < 0.51
+    if csc == "yuv_bt601_video_to_rgb":  # the real-valued BT.601 video-range one
+        # Y in [16, 235] and chroma in [16, 240] scaled to full range, then the
+        # full-range matrix; the integer conversion is within 0.76 of it over the
+        # whole code cube (measured), so 0.8 plus float32 noise.
+        planes64 = x[0].astype(np.float64) + 128
+        yy = (planes64[0] - 16) * 255 / 219
+        cb, cr = (planes64[1:] - 128) * 255 / 224
+        rgb = np.stack(
+            [yy + 1.402 * cr, yy - 0.344136 * cb - 0.714136 * cr, yy + 1.772 * cb]
+        )
+        back = y[0] * np.array(STD)[:, None, None] + np.array(MEAN)[:, None, None]
+        assert np.abs(back * 255 - np.clip(rgb, 0, 255)).max() < 0.8
 
 
 # ------------------------------------------------------------------ the loop

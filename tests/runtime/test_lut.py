@@ -1,5 +1,9 @@
 """Lookup tables (runtime/numerics.py) against the correctly rounded function.
 
+The correctly rounded function is computed here with torch float64 kernels
+(``torch_reference``), independently of numerics' own ``lut_reference_codes``,
+which is checked against it for every op.
+
 Bounds come from the targets in docs/lut-numerics.md: int8 outputs within 1 LSB,
 int16 outputs of smooth ops within 2 LSB at the default num_tables, kinked ops within
 the error a line can have across a kink. The integer evaluation is checked against
@@ -13,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from lut_reference import exact_apply, exact_round, exact_value, torch_reference
 
 from hbir.runtime import numerics
 from hbir.runtime.numerics import HALF_EVEN, HALF_UP
@@ -33,58 +38,9 @@ def observer_scales(op, interval, in_bits, out_bits):
     return float(s_in), float(numerics.scale_from_absmax(np.float32(absmax), out_bits))
 
 
-def exact_round(value: Fraction, mode: str) -> int:
-    return round(value) if mode == HALF_EVEN else math.floor(value + Fraction(1, 2))
-
-
-def exact_value(arrays: dict, q: int) -> Fraction:
-    """The unrounded output of a segmented table, read from ``to_arrays`` with
-    Python integers: the formulas of the LutTable/build_lut docstrings."""
-    op = numerics.LUT_OPS[arrays["op"]]
-    kind = numerics.LUT_KINDS[arrays["kind"]]
-    n, frac = arrays["num_tables"], arrays["frac_bits"]
-    starts, offsets, slopes = (
-        arrays[k].tolist() for k in ("starts", "offsets", "slopes")
-    )
-    if kind == "segments":
-        t, seg = q, (q + 32768) * n // 65536
-        shift = frac
-    elif kind == "periodic":
-        s, pb = arrays["phase_shift"], arrays["phase_bits"]
-        t = ((q * arrays["phase_mult"] + 2 ** (s - 1)) // 2**s) % 2**pb
-        seg, shift = t * n // 2**pb, frac
-    else:
-        if op == "sqrt" and q <= 0:
-            return Fraction(0)
-        v = max(abs(q), 1) if op == "reciprocal" else max(q, 1)
-        octaves = 2 if op in ("rsqrt", "sqrt") else 1
-        k = v.bit_length() - 1
-        e = k - k % octaves
-        t = v * 2 ** (15 - e)  # Q15 mantissa in [1, 2**octaves)
-        base = 2 ** (15 + k - e)
-        seg = (k - e) * (n // octaves) + (t - base) * (n // octaves) // base
-        shift = (
-            frac + {"rsqrt": e // 2, "sqrt": -(e // 2), "reciprocal": e, "log": 0}[op]
-        )
-    acc = offsets[seg] + slopes[seg] * (t - starts[seg])
-    if kind == "exponent":
-        acc += k * arrays["octave_step"]
-        acc = -acc if op == "reciprocal" and q < 0 else acc
-    return Fraction(acc) / Fraction(2) ** shift
-
-
-def exact_apply(table: numerics.LutTable, codes) -> np.ndarray:
-    arrays = table.to_arrays()
-    lo, hi = numerics.qrange(table.out_bits)
-    if table.kind == "direct":
-        return np.array([arrays["entries"][q + 128] for q in codes])
-    out = [exact_round(exact_value(arrays, int(q)), table.rounding) for q in codes]
-    return np.clip(out, lo, hi)
-
-
 def error(table, op, s_in, s_out, out_bits):
     q = CODES[table.in_bits]
-    ref = numerics.lut_reference_codes(op, q, s_in, s_out, out_bits)
+    ref = torch_reference(op, q, s_in, s_out, out_bits, table.rounding)
     return np.abs(numerics.apply_lut(table, q) - ref)
 
 
@@ -198,8 +154,22 @@ def test_int8_input_tables_are_exactly_the_reference(op):
             s_in, s_out = observer_scales(op, interval, 8, out_bits)
             table = numerics.build_lut(op, s_in, 8, s_out, out_bits)
             assert table.kind == "direct"
-            ref = numerics.lut_reference_codes(op, CODES[8], s_in, s_out, out_bits)
+            ref = torch_reference(op, CODES[8], s_in, s_out, out_bits)
             np.testing.assert_array_equal(numerics.apply_lut(table, CODES[8]), ref)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("rounding", [HALF_EVEN, HALF_UP])
+def test_lut_reference_codes_equals_torch_reference(op, rounding):
+    """numerics' reference (what direct tables are built from and int16 errors
+    are measured against) checked independently, for every op."""
+    for interval in TYPICAL[op]:
+        for in_bits, out_bits in ((8, 8), (16, 8), (16, 16)):
+            s_in, s_out = observer_scales(op, interval, in_bits, out_bits)
+            q = CODES[in_bits]
+            got = numerics.lut_reference_codes(op, q, s_in, s_out, out_bits, rounding)
+            want = torch_reference(op, q, s_in, s_out, out_bits, rounding)
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} {interval}")
 
 
 def kink_bound(op, num_tables, s_in, s_out):

@@ -443,3 +443,15 @@ def test_requantize_multipliers_match_the_scalar_split_and_the_real_factor():
             assert error <= Fraction(1, 2**31)
     with pytest.raises(ValueError, match="finite"):
         numerics.requantize_multipliers([1.0, float("nan")])
+
+
+def test_a_left_shift_saturates_instead_of_wrapping():
+    """multiplier 2**31 - 1 with shift -31 (the widest legal left shift) on si32
+    codes: the exact products are far beyond int32, so the result saturates; int64
+    arithmetic without the bound wrapped to -2**31 (issue 16)."""
+    acc = np.array([2**31 - 1, 3, -5, 0])
+    got = numerics.requantize(acc, 2**31 - 1, -31, 0, -(2**31), 2**31 - 1)
+    want = [max(-(2**31), min(2**31 - 1, int(a) * (2**31 - 1) * 2**31)) for a in acc]
+    assert got.tolist() == want
+    with pytest.raises(ValueError, match="at most 31"):
+        numerics.shift_round(np.array([1]), -32)

@@ -61,7 +61,7 @@ func.func @kept(%x: tensor<2x2xf32>) -> (tensor<4xf32>, tensor<2x2xf32>, tensor<
 // INVALID: fold_constants_bad_reshape.mlir:4:3: error: 'hbir.reshape' op cannot reshape (2,) (2 elements) into [3]
 // INVALID-NOT: Traceback
 
-// Invalid input that reaches the pass: a table on a constant whose fields fail
-// validation cannot be evaluated; the error names the op's location.
-// HOSTILE: model.py:9:5: error: 'hbir.lut' op cannot be evaluated: starts, offsets and slopes need 6 values each
+// Invalid input: a table on a constant whose fields fail validation is refused by
+// hbir.lut's verifier (numerics.LutTable's checks), located, before any pass.
+// HOSTILE: fold_constants_bad_table.mlir:5:3: error: 'hbir.lut' op segmented table: starts, offsets and slopes need 6 values each
 // HOSTILE-NOT: Traceback

@@ -1,13 +1,16 @@
-// RUN: hbir-opt %s -p 'remove-fake-quant{ids=3 function=chain}' | filecheck %s
-// RUN: hbir-opt %s -p 'remove-fake-quant{ids=1-4,7 function=chain}' | filecheck %s --check-prefix=RANGE
-// RUN: hbir-opt %s -p 'remove-fake-quant{ids="%2 - %4" function=split}' | filecheck %s --check-prefix=SPLIT
-// RUN: not hbir-opt %s -p 'remove-fake-quant{ids=0,2,9,4-1,6-6 function=chain}' 2>&1 | filecheck %s --check-prefix=BAD
+// RUN: hbir-opt %s -p 'remove-fake-quant{ids=2 function=chain}' | filecheck %s
+// RUN: hbir-opt %s -p 'remove-fake-quant{ids=0-3,6 function=chain}' | filecheck %s --check-prefix=RANGE
+// RUN: hbir-opt %s -p 'remove-fake-quant{ids="%2 - %3" function=split}' | filecheck %s --check-prefix=SPLIT
+// RUN: not hbir-opt %s -p 'remove-fake-quant{ids=1,9,4-1,5-5 function=chain}' 2>&1 | filecheck %s --check-prefix=BAD
 // RUN: not hbir-opt %s -p 'remove-fake-quant{ids=3}' 2>&1 | filecheck %s --check-prefix=NOFUNC
 // RUN: not hbir-opt %s -p 'remove-fake-quant{ids=3,x,1-}' 2>&1 | filecheck %s --check-prefix=SYNTAX
 
-// IDs are the %N numbers get_asm prints, counted per function from its arguments.
+// IDs are the %N numbers get_asm prints: one per op with a result, counted per
+// function from 0. hbir-opt prints xDSL's own numbers, which count the arguments
+// too, so in @chain an ID is one less than the number in the CHECK lines.
 
-// Positive: %3 goes, the relu reads the float sigmoid; %1 and %5 stay.
+// Positive: ID 2 (printed %3) goes, the relu reads the float sigmoid; IDs 0 and 4
+// (printed %1 and %5) stay.
 // CHECK-LABEL: func.func @chain
 // CHECK-NEXT:    %1 = qnt.const_fake_quant %0 {min = array<f64: -4.000000e+00>
 // CHECK-NEXT:    %2 = hbir.sigmoid %1 : tensor<4xf32>
@@ -18,7 +21,7 @@
 // CHECK-NEXT:    func.return %6 : tensor<4xf32>
 
 // A range takes every fake quant inside it, both ends included, and leaves the
-// other ops alone; 7 is the output fake quant.
+// other ops alone; 6 is the output fake quant.
 // RANGE-LABEL: func.func @chain
 // RANGE-NEXT:    %1 = hbir.sigmoid %0 : tensor<4xf32>
 // RANGE-NEXT:    %2 = hbir.relu %1 : tensor<4xf32>
@@ -45,8 +48,9 @@ func.func @chain(%0: tensor<4xf32>) -> tensor<4xf32> {
 // CHECK-NEXT:    %5 = qnt.const_fake_quant %3
 // CHECK-NEXT:    func.return %4, %5
 
-// A named value (%x) takes no number; %3 is the split's second result, and the
-// range %2-%4 holds one fake quant: %4.
+// Names are not kept by get_asm: the relu is ID 1, the split ID 2 (its results
+// print as %2#0 and %2#1), and the range %2-%3 holds one fake quant: ID 3, the
+// one on the split's first result.
 // SPLIT-LABEL: func.func @split
 // SPLIT-NEXT:    %1 = qnt.const_fake_quant %0
 // SPLIT-NEXT:    %x = hbir.relu %1
@@ -63,12 +67,11 @@ func.func @split(%0: tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>) {
 }
 
 // Invalid input: every bad entry in one error, and no output.
-// BAD:      remove-fake-quant: 5 bad entries for @chain:
-// BAD-NEXT:   0: %0 is argument 0 of @chain, not a qnt.const_fake_quant
-// BAD-NEXT:   2: %2 is 'hbir.sigmoid', not a qnt.const_fake_quant
-// BAD-NEXT:   9: @chain has no %9 (its IDs end at %7)
+// BAD:      remove-fake-quant: 4 bad entries for @chain:
+// BAD-NEXT:   1: %1 is 'hbir.sigmoid', not a qnt.const_fake_quant
+// BAD-NEXT:   9: @chain has no %9 (its IDs end at %6)
 // BAD-NEXT:   4-1: reversed range: 4 > 1
-// BAD-NEXT:   6-6: no qnt.const_fake_quant from %6 to %6
+// BAD-NEXT:   5-5: no qnt.const_fake_quant from %5 to %5
 // BAD-NOT:  builtin.module
 
 // NOFUNC: remove-fake-quant: IDs are numbered per function and the module has 2 (@chain, @split): choose one with `function`

@@ -16,13 +16,13 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 // EMPTY: hbir-opt: error: phase 'compile' has no passes yet
-// NOPASS: hbir-opt: error: Unrecognized passes: ['no-such-pass']
+// NOPASS: hbir-opt: error: unknown pass 'no-such-pass' (hbir-opt --help lists every pass)
 // PARSE: parse_error.mlir:3:3: error: Operation hbir.nope is not registered
 // PARSE-NEXT: %y = hbir.nope %x
 // PARSE-NOT: Traceback
 // VERIFY: verify_error.mlir:3:3: error: 'hbir.matmul' op lhs inner dim 8 != rhs rows 4
 // VERIFY-NOT: builtin.module
-// SUFFIX: Unrecognized file extension 'txt'
+// SUFFIX: hbir-opt: error: {{.*}}not_a_model.txt: unsupported file type '.txt'
 // HELP: passes:
 // HELP: cleanup {{ +}}Remove dead pure ops
 // HELP: phases (--compile-to):
