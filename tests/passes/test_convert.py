@@ -43,17 +43,14 @@ def _compare(name, tmp_path, level):
     return worst, same / total
 
 
+@pytest.mark.parametrize(
+    "level", [None, 0, 1, 2], ids=["default", "level0", "level1", "level2"]
+)
 @pytest.mark.parametrize("name", zoo.NAMES)
-def test_zoo_default_level_is_bit_identical(name, tmp_path):
-    # Pinned to what is measured on the zoo (docs/convert.md), not to the looser
-    # per-op contract: a regression shows as the first differing element.
-    worst, identical = _compare(name, tmp_path, None)
-    assert worst == 0 and identical == 1.0
-
-
-@pytest.mark.parametrize("name", zoo.NAMES)
-def test_zoo_level_2_is_bit_identical(name, tmp_path):
-    worst, identical = _compare(name, tmp_path, 2)
+def test_zoo_is_bit_identical_at_every_level(name, level, tmp_path):
+    # Pinned to what is measured (docs/contract.md), not to a looser per-op
+    # bound: a regression shows as the first differing element.
+    worst, identical = _compare(name, tmp_path, level)
     assert worst == 0 and identical == 1.0
 
 
