@@ -124,6 +124,15 @@ def source_summary(module: str, cls: str) -> str | None:
     (and the numpy they need). None when the source cannot be read.
     """
     import ast
+
+    node = _class_source(module, cls)
+    return None if node is None else _first_line(ast.get_docstring(node))
+
+
+def _class_source(module: str, cls: str):
+    """The ``ast.ClassDef`` of ``module.cls`` read from its source file, without
+    importing the module; None when the source cannot be read."""
+    import ast
     import importlib.util
 
     try:
@@ -134,7 +143,7 @@ def source_summary(module: str, cls: str) -> str | None:
         return None
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
-            return _first_line(ast.get_docstring(node))
+            return node
     return None
 
 
@@ -147,27 +156,20 @@ def source_options(module: str, cls: str) -> list[str] | None:
     """The options of ``module.cls`` as ``name=<type> (default ...)``, read from
     its source (the dataclass fields), or None when the source cannot be read."""
     import ast
-    import importlib.util
 
-    try:
-        spec = importlib.util.find_spec(module)
-        with open(spec.origin, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-    except (ImportError, AttributeError, OSError, SyntaxError, TypeError):
+    node = _class_source(module, cls)
+    if node is None:
         return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            return [
-                _option_text(
-                    ast.unparse(item.target),
-                    ast.unparse(item.annotation),
-                    None if item.value is None else ast.unparse(item.value),
-                )
-                for item in node.body
-                if isinstance(item, ast.AnnAssign)
-                and "ClassVar" not in ast.unparse(item.annotation)
-            ]
-    return None
+    return [
+        _option_text(
+            ast.unparse(item.target),
+            ast.unparse(item.annotation),
+            None if item.value is None else ast.unparse(item.value),
+        )
+        for item in node.body
+        if isinstance(item, ast.AnnAssign)
+        and "ClassVar" not in ast.unparse(item.annotation)
+    ]
 
 
 def pass_options(pass_cls: type[ModulePass]) -> list[str]:

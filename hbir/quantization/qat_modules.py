@@ -8,6 +8,12 @@ their producers; ``producer_fake_quants`` (set by ``prepare``) links to those
 scale. With ``get_qconfig(in_dtype=...)`` a module also owns ``input_fake_quant``, one
 per tensor input, which then takes the producers' place.
 
+In VALIDATION below consistency level 2, a module whose fake quants are all frozen
+computes the integer pipeline's own arithmetic instead (its ``fixed_point_grids``
+and the ``numerics.fixed_point_*`` functions convert's parameters come from; export
+marks the op ``qnt.exact``; docs/contract.md); the paths below are the forward
+otherwise.
+
 ``exact`` (consistency level 2) runs the conv/linear/matmul/add/sub/mul forward in
 float64 with the bias on the int32 grid ``s_in * s_w``: with power-of-two scales every
 product and sum is then exact, and the output fake quant equals the integer kernel's
