@@ -51,9 +51,6 @@ from hbir.dialects.hbir import shape_of, si
 from hbir.passes import fixed_point as fp
 from hbir.runtime import numerics, op_table
 
-# Fine-grid bits for average pooling: |x| * 2**F stays below 2**30.
-FINE_BITS = {8: 22, 16: 14}
-
 
 def _reduction(op: Operation) -> tuple[list[int], bool, int] | None:
     """(dims, keepdim, element count) of a sum-like op."""
@@ -129,7 +126,7 @@ class LowerPool(RewritePattern):
 
     @staticmethod
     def _avg_pool(op: hbir.AvgPool2dOp, codes: fp.Codes, s_in, rounding):
-        bits = FINE_BITS[codes.bits]
+        bits = numerics.AVG_POOL_FINE_BITS[codes.bits]
         fine = qnt.RequantizeOp(codes.codes, si(32), [1], [-bits], rounding=rounding)
         pool = hbir.AvgPool2dOp(
             fine.output,

@@ -28,6 +28,7 @@ This module imports torch: only code that executes a model imports it.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -44,7 +45,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import dense_array, numpy_dtype
 from hbir.errors import HbirError
-from hbir.runtime import numerics, op_table
+from hbir.runtime import numerics
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -452,36 +453,25 @@ def _max_pool2d(
     return (F.max_pool2d(_f64(x), **args).numpy().astype(x.dtype),)
 
 
-def _pool_extents(
-    size: int, out: int, kernel: int, stride: int, pad: int, include_pad: bool
-) -> np.ndarray:
-    """Per-output window extent along one axis, as torch's avg_pool2d counts it.
-
-    With ``count_include_pad`` the window may cover the padding but not the
-    ceil_mode overhang past it; without, only real input elements count.
-    """
-    start = np.arange(out) * stride - pad
-    end = np.minimum(start + kernel, size + pad)
-    if not include_pad:
-        start, end = np.maximum(start, 0), np.minimum(end, size)
-    return end - start
-
-
-def _avg_pool2d(op: hbir.AvgPool2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Float: F.avg_pool2d. Integer: exact window sum, one half-to-even division."""
+def _avg_pool2d(
+    op: hbir.AvgPool2dOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
+    """Float: F.avg_pool2d. Integer: ``numerics.average_pool`` (exact window sum,
+    one half-to-even division). Marked ``qnt.exact``:
+    ``numerics.fixed_point_avg_pool``."""
     args = _pool_args(op)
     include_pad = bool(op.count_include_pad.value.data)
+    window = (args["kernel_size"], args["stride"], args["padding"])
+    out_hw = tuple(_shape(op.results[0])[2:])
+    if qnt.EXACT in op.attributes:
+        y = numerics.fixed_point_avg_pool(
+            qnt.exact(op), x, *window, include_pad, out_hw, rounding
+        )
+        return (_float_out(op, torch.from_numpy(np.asarray(y))),)
     if _is_float(x):
         y = F.avg_pool2d(_t(x), **args, count_include_pad=include_pad)
         return (_float_out(op, y),)
-    sums = F.avg_pool2d(_f64(x), **args, divisor_override=1).numpy().astype(np.int64)
-    k, s, p = args["kernel_size"], args["stride"], args["padding"]
-    rows, cols = (
-        _pool_extents(x.shape[2 + i], sums.shape[2 + i], k[i], s[i], p[i], include_pad)
-        for i in range(2)
-    )
-    counts = np.outer(rows, cols)
-    return (_int_out(op, numerics.divide_round(sums, counts, numerics.HALF_EVEN)),)
+    return (_int_out(op, numerics.average_pool(x, *window, include_pad, out_hw)),)
 
 
 def _global_avg_pool2d(
@@ -816,13 +806,13 @@ def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         raise _error(op, f"produced {got}, expected {dtype} {shape}")
 
 
-# Kernels whose result depends on the model's rounding mode: fake quantization,
-# the lookup-table ops of the op table and the ops ``qnt.exact`` can mark.
-_ROUNDED = (
-    {qnt.ConstFakeQuantOp}
-    | {cls for cls in KERNELS if cls.name in op_table.LUT_TABLES}
-    | set(hbir.ops_lowered_as(op_table.GEMM))
-)
+# Kernels whose result depends on the model's rounding mode (fake quantization,
+# the lookup-table ops, the ops ``qnt.exact`` can mark): those taking ``rounding``.
+_ROUNDED = {
+    cls
+    for cls, kernel in KERNELS.items()
+    if "rounding" in inspect.signature(kernel).parameters
+}
 
 
 def run_function(

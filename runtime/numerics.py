@@ -630,6 +630,96 @@ def fixed_point_mean(
     return dequantize(out, grids.out_scale, 0)
 
 
+# ----------------------------------------------------------------- average pooling
+
+# Fine-grid bits of a windowed average pool: the codes shifted left by F stay
+# below 2**30 in magnitude (int8: 2**7 * 2**22 = 2**29), so every window average
+# fits si32 and is exact to 2**-F input LSB.
+AVG_POOL_FINE_BITS = {8: 22, 16: 14}
+
+
+def avg_pool_counts(
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    include_pad: bool,
+) -> np.ndarray:
+    """The ``(Ho, Wo)`` element count of each window, as torch's ``avg_pool2d``
+    counts it: with ``include_pad`` the window may cover the padding but not the
+    ceil-mode overhang past it; without, only real input elements count."""
+    extents = []
+    for size, out, k, s, p in zip(in_hw, out_hw, kernel, stride, padding, strict=True):
+        start = np.arange(out, dtype=np.int64) * s - p
+        end = np.minimum(start + k, size + p)
+        if not include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, size)
+        extents.append(end - start)
+    return np.outer(*extents)
+
+
+def avg_pool_sums(
+    q: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    out_hw: tuple[int, int],
+) -> np.ndarray:
+    """Exact int64 window sums of NCHW codes (zero padding; ``out_hw`` fixes the
+    ceil-mode overhang, whose missing elements count as zeros)."""
+    q = np.asarray(q, np.int64)
+    need = [(o - 1) * s + k for o, s, k in zip(out_hw, stride, kernel, strict=True)]
+    padded = np.zeros(q.shape[:2] + tuple(need), np.int64)
+    h = min(q.shape[2], need[0] - padding[0])
+    w = min(q.shape[3], need[1] - padding[1])
+    padded[:, :, padding[0] : padding[0] + h, padding[1] : padding[1] + w] = q[
+        :, :, :h, :w
+    ]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, kernel, axis=(2, 3))
+    return windows[:, :, :: stride[0], :: stride[1]].sum(axis=(-2, -1))
+
+
+def average_pool(
+    q: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    include_pad: bool,
+    out_hw: tuple[int, int],
+) -> np.ndarray:
+    """The integer ``hbir.avg_pool2d``: each exact window sum divided once by its
+    element count, half to even (int64)."""
+    sums = avg_pool_sums(q, kernel, stride, padding, out_hw)
+    counts = avg_pool_counts(q.shape[2:], out_hw, kernel, stride, padding, include_pad)
+    return divide_round(sums, counts, HALF_EVEN)
+
+
+def fixed_point_avg_pool(
+    grids: Grids,
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    include_pad: bool,
+    out_hw: tuple[int, int],
+    mode: str = HALF_EVEN,
+) -> np.ndarray:
+    """What the integer pipeline computes for a quantized windowed average pool,
+    as float32 values ``q * s_out``: the codes shifted left by
+    ``AVG_POOL_FINE_BITS`` (si32), ``average_pool``, one requantization by
+    ``s_in * 2**-F * fl32(1 / s_out)``."""
+    s_in, bits = grids.x_scale, grids.x_bits
+    fine_bits = AVG_POOL_FINE_BITS[bits]
+    q = codes_on_grid(x, s_in, bits).astype(np.int64)
+    fine = requantize(q, [1], [-fine_bits], 0, *qrange(32), mode=mode)
+    acc = saturate(average_pool(fine, kernel, stride, padding, include_pad, out_hw), 32)
+    real = np.float64(np.float32(s_in)) * 2.0**-fine_bits * inv_scale(grids.out_scale)
+    m, shift = requantize_multipliers(real)
+    out = requantize(acc, m, shift, 0, *qrange(grids.out_bits), mode=mode)
+    return dequantize(out, grids.out_scale, 0)
+
+
 def exact_exponent(scales) -> int:
     """The largest e with every scale an integer multiple of 2**e."""
     exponents = []

@@ -415,14 +415,17 @@ MODULE_RULES: dict[type, Builder] = {
         )
     ),
     nn.AvgPool2d: _unary_module(
-        lambda m, x: _avg_pool_op(
-            x,
-            m.kernel_size,
-            m.stride,
-            m.padding,
-            m.ceil_mode,
-            m.count_include_pad,
-            m.divisor_override,
+        lambda m, x: _exact_if(
+            m,
+            _avg_pool_op(
+                x,
+                m.kernel_size,
+                m.stride,
+                m.padding,
+                m.ceil_mode,
+                m.count_include_pad,
+                m.divisor_override,
+            ),
         )
     ),
     nn.AdaptiveAvgPool2d: _unary_module(

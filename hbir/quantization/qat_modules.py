@@ -683,9 +683,31 @@ class AvgPool2d(nn.AvgPool2d, QATModule):
             qconfig=qconfig,
         )
 
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """The grids of the fixed-point VALIDATION forward: the codes on the fine
+        grid, the integer window average, one requantization
+        (``numerics.fixed_point_avg_pool``)."""
+        if self.divisor_override is not None:
+            return None
+        return _grids(self, self.input_fake_quants()[:1])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
-        return self.activation_post_process(super().forward(x))
+        y = super().forward(x)
+        grids = self.fixed_point_grids() if x.dim() == 4 else None
+        if grids is not None:
+            exact = numerics.fixed_point_avg_pool(
+                grids,
+                _numpy(x),
+                _pair(self.kernel_size),
+                _pair(self.kernel_size if self.stride is None else self.stride),
+                _pair(self.padding),
+                bool(self.count_include_pad),
+                tuple(y.shape[2:]),
+                get_round_mode(),
+            )
+            y = _with_gradient(y, exact)
+        return self.activation_post_process(y)
 
 
 class AdaptiveAvgPool2d(nn.AdaptiveAvgPool2d, QATModule):

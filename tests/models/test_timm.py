@@ -18,19 +18,13 @@ torch.set_num_threads(1)
 # to keep CI's budget (a 5-input case costs about 4x; benchmarks/contract.py
 # --levels default,0,1,2 --inputs 20 runs the full sweep).
 LEVELS = [(None, 5), (0, 1), (1, 1), (2, 1)]
-# Open (issue 10): densenet121 at level 0 on this one input gave quantized.bc 3 LSB
-# from qat.bc in CI (0 on the 5-input benchmark batch); not yet traced.
-KNOWN_MISMATCHES = {("densenet121", 0)}
 
 
 @pytest.mark.parametrize(
     ("level", "inputs"), LEVELS, ids=["default", "level0", "level1", "level2"]
 )
 @pytest.mark.parametrize("name", list(MODELS))
-def test_model_goes_through_every_stage(name, level, inputs, tmp_path, request):
-    if (name, level) in KNOWN_MISMATCHES:
-        reason = "quantized.bc differs from qat.bc (open, issue 10)"
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
+def test_model_goes_through_every_stage(name, level, inputs, tmp_path):
     result = Result(name)
     try:
         run_stages(name, tmp_path, result, level=level, inputs=inputs)

@@ -10,7 +10,7 @@ import zoo
 from zoo_stages import calibrated, validated
 
 import hbir
-from hbir.quantization import export
+from hbir.quantization import export, pre_export, set_round_mode
 
 SEEDS = 5
 
@@ -52,6 +52,31 @@ def test_zoo_is_bit_identical_at_every_level(name, level, tmp_path):
     # bound: a regression shows as the first differing element.
     worst, identical = _compare(name, tmp_path, level)
     assert worst == 0 and identical == 1.0
+
+
+@pytest.mark.parametrize("level", [None, 1], ids=["default", "level1"])
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_zoo_is_bit_identical_with_legacy_rounding(name, level, tmp_path):
+    # Half-up rounding (legacy_round) reaches every op the fixed-point VALIDATION
+    # forward marks qnt.exact: the interpreter must round them half up too
+    # (power-of-two scales at level 1 make exact ties common).
+    set_round_mode("half_up")
+    try:
+        qat, example = calibrated(name, tmp_path, level=level, qat_steps=2)
+        qat_export = pre_export(qat)
+        qat_bc = export(qat, example)
+        quantized = hbir.convert(qat_bc, "nash-e")
+        for seed in range(2):
+            inputs = zoo.batches(name, 1, batch=len(example[0]), seed=200 + seed)[0]
+            want = qat_export(*inputs)
+            want = list(want) if isinstance(want, tuple | list) else [want]
+            bc = _outputs(qat_bc["forward"], inputs)
+            got = _outputs(quantized["forward"], inputs)
+            for w, b, g in zip(want, bc, got, strict=True):
+                np.testing.assert_array_equal(b, w.detach().numpy())
+                np.testing.assert_array_equal(g, b)
+    finally:
+        set_round_mode("half_even")
 
 
 def test_hbir_opt_convert_equals_hbir_convert(tmp_path):

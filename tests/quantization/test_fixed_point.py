@@ -12,13 +12,18 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
+import hbir
+from hbir.dialects import qnt
 from hbir.quantization import (
+    ConsistencyStrategy,
     DeQuantStub,
     FakeQuantState,
     QuantStub,
+    export,
     float_validation,
     prepare,
     set_fake_quantize,
@@ -152,3 +157,89 @@ def test_weight_codes_follow_the_weight_version(tmp_path):
         qat.conv.weight.mul_(0.5)  # an in-place update bumps the tensor's version
         after = qat(x)
     assert not torch.equal(before, after)
+
+
+class Pools(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.AvgPool2d(2)
+        self.pool2 = nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False)
+        self.fc = nn.Linear(4 * 5 * 5, 5)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        y = self.pool2(self.pool(self.conv(self.quant(x))))
+        return self.dequant(self.fc(y.flatten(1)))
+
+
+def _pool_reference(xq, pool: nn.AvgPool2d, s_x, s_y, fine=22, bits=8):
+    """An average pool's output codes by the integer pipeline in Python ints: the
+    codes on the grid 2**-fine, each window average rounded half to even, one
+    requantization by ``s_x * 2**-fine * fl32(1/s_y)``."""
+    window = (pool.kernel_size, pool.stride, pool.padding, pool.ceil_mode)
+    ones = torch.ones_like(xq)
+    with torch.no_grad():
+        sums = nn.functional.avg_pool2d(xq, *window, divisor_override=1)
+        # The count torch divides by: real elements / (their average of ones).
+        real = nn.functional.avg_pool2d(ones, *window, divisor_override=1)
+        counts = torch.round(
+            real / nn.functional.avg_pool2d(ones, *window, pool.count_include_pad)
+        )
+    inv = float(np.float32(1.0) / np.float32(s_y))
+    m, shift = _split(float(np.float64(np.float32(s_x)) * 2.0**-fine * inv))
+    qmax = 2 ** (bits - 1) - 1
+    out = np.zeros(sums.shape, np.int64)
+    for idx in np.ndindex(*sums.shape):
+        avg = _round_half_even(Fraction(int(sums[idx]) * 2**fine, int(counts[idx])))
+        code = _round_half_even(Fraction(avg * m, 2**shift))
+        out[idx] = max(-qmax - 1, min(qmax, code))
+    return out
+
+
+@pytest.mark.parametrize("level", [None, 0, 1], ids=["default", "level0", "level1"])
+def test_avg_pool_in_validation_is_the_integer_pipeline(level, tmp_path):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randn(2, 3, 16, 16, generator=g) for _ in range(4)]
+    ConsistencyStrategy.set_consistency_level(level)
+    try:
+        qat = prepare(Pools().eval(), (batches[0],), out_dir=tmp_path)
+    finally:
+        ConsistencyStrategy.set_consistency_level(None)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for b in batches:
+            qat(b)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    # Output grid = input grid: a window average of codes is an exact tie whenever
+    # its sum is 2 mod 4, where float32 arithmetic breaks the tie either way (the
+    # densenet121 transitions at level 0 hit this).
+    for pool in (qat.pool, qat.pool2):
+        pool.activation_post_process.scale.copy_(pool.input_fake_quants()[0].scale)
+    x = torch.randn(2, 3, 16, 16, generator=g)
+    float_mismatches = 0
+    with torch.no_grad():
+        y = qat.conv(qat.quant(x))
+        for pool in (qat.pool, qat.pool2):
+            s_x = float(pool.input_fake_quants()[0].scale)
+            s_y = float(pool.activation_post_process.scale)
+            z = pool(y)
+            want = _pool_reference(torch.round(y / s_x).double(), pool, s_x, s_y)
+            assert np.array_equal(torch.round(z / s_y).long().numpy(), want)
+            with float_validation():
+                floating = torch.round(pool(y) / s_y).long().numpy()
+            float_mismatches += int((floating != want).sum())
+            y = z
+        out = qat(x).numpy()
+    if level != 1:  # the control: the float forward misses ties (59 + 9 here)
+        assert float_mismatches > 0
+    qat_bc = export(qat, (x,))
+    marked = [
+        op for op in qat_bc["forward"].op.body.block.ops if op.name == "hbir.avg_pool2d"
+    ]
+    assert len(marked) == 2 and all(qnt.EXACT in op.attributes for op in marked)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    np.testing.assert_array_equal(qat_bc["forward"](x.numpy()), out)
+    np.testing.assert_array_equal(quantized["forward"](x.numpy()), out)

@@ -455,3 +455,48 @@ def test_a_left_shift_saturates_instead_of_wrapping():
     assert got.tolist() == want
     with pytest.raises(ValueError, match="at most 31"):
         numerics.shift_round(np.array([1]), -32)
+
+
+# ------------------------------------------------------------------ average pooling
+
+POOLS = [
+    # kernel, stride, padding, ceil_mode, count_include_pad
+    ((2, 2), (2, 2), (0, 0), False, True),
+    ((3, 3), (2, 2), (1, 1), True, False),
+    ((3, 3), (2, 2), (1, 1), True, True),
+    ((3, 2), (1, 2), (1, 0), False, False),
+    ((5, 5), (3, 3), (2, 2), True, True),
+]
+
+
+@pytest.mark.parametrize(("kernel", "stride", "padding", "ceil", "include"), POOLS)
+def test_average_pool_is_torchs_average_rounded_half_to_even(
+    kernel, stride, padding, ceil, include
+):
+    # torch's float64 average S / c is exact at ties (k + 1/2 is representable)
+    # and at least 1 / (2c) away from one otherwise, so rounding it half to even
+    # is the exact rounding of the window average.
+    rng = np.random.default_rng(0)
+    q = rng.integers(-128, 128, (2, 3, 11, 9))
+    avg = torch.nn.functional.avg_pool2d(
+        torch.from_numpy(q).double(), kernel, stride, padding, ceil, include
+    ).numpy()
+    got = numerics.average_pool(q, kernel, stride, padding, include, avg.shape[2:])
+    np.testing.assert_array_equal(got, np.round(avg))  # numpy rounds half to even
+    if kernel[0] * kernel[1] % 2 == 0:  # even windows: exact ties are exercised
+        assert np.any(avg - np.floor(avg) == 0.5)
+
+
+def test_avg_pool_counts_match_torch_on_a_ones_image():
+    ones = torch.ones(1, 1, 7, 8, dtype=torch.float64)
+    for kernel, stride, padding, ceil, include in POOLS:
+        sums = torch.nn.functional.avg_pool2d(
+            ones, kernel, stride, padding, ceil, include, divisor_override=1
+        )
+        avg = torch.nn.functional.avg_pool2d(
+            ones, kernel, stride, padding, ceil, include
+        )
+        counts = numerics.avg_pool_counts(
+            (7, 8), sums.shape[2:], kernel, stride, padding, include
+        )
+        np.testing.assert_array_equal(counts, np.rint((sums / avg)[0, 0].numpy()))
