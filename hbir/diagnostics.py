@@ -50,17 +50,25 @@ from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from hbir.dialects.hbir import numpy_dtype
-from hbir.errors import HbirError, HbirFileError, HbirParseError, HbirVerifyError
+from hbir.errors import (
+    HbirError,
+    HbirFileError,
+    HbirOpError,
+    HbirParseError,
+    HbirVerifyError,
+)
 from hbir.lexer import HbirLexer
 
 __all__ = [
     "HbirError",
     "HbirFileError",
+    "HbirOpError",
     "HbirParseError",
     "HbirVerifyError",
     "TrackingParser",
     "describe_location",
     "parse_module",
+    "relocate",
     "verify",
 ]
 
@@ -357,12 +365,18 @@ def _located(span: Span, message: str, line_offset: int) -> HbirParseError:
 
 
 def parse_module(
-    ctx, text: str | bytes, filename: str = "<string>", line_offset: int = 0
+    ctx,
+    text: str | bytes,
+    filename: str = "<string>",
+    line_offset: int = 0,
+    spans: dict[Operation, Span] | None = None,
 ) -> ModuleOp:
     """Parse and verify IR text; any error becomes a located ``HbirError``.
 
     Time is linear in the text (``hbir/lexer.py``); nesting is bounded by
-    Python's recursion limit and refused beyond it.
+    Python's recursion limit and refused beyond it. ``spans`` (a dict) receives
+    each parsed op's place in the text, to locate later errors at it
+    (``relocate``).
     """
     if isinstance(text, bytes):
         try:
@@ -386,7 +400,20 @@ def parse_module(
             span = parser._current_token.span
         raise _located(span, _message(e), line_offset) from None
     verify(module, parser.op_spans, filename, line_offset)
+    if spans is not None:
+        spans.update(parser.op_spans)
     return module
+
+
+def relocate(
+    error: HbirError, spans: dict[Operation, Span], line_offset: int = 0
+) -> HbirError:
+    """A pass's refusal at an op (``HbirOpError``) located at the op's place in the
+    parsed text, with the source line and a caret; other errors unchanged."""
+    if not isinstance(error, HbirOpError) or error.op not in spans:
+        return error
+    where, context = describe_location(error.op, spans, line_offset=line_offset)
+    return HbirOpError(error.op, where, error.what + context)
 
 
 def describe_location(

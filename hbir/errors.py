@@ -20,3 +20,19 @@ class HbirVerifyError(HbirError):
 
 class HbirFileError(HbirError):
     """A model file that cannot be read: wrong suffix, truncated, corrupt, too new."""
+
+
+class HbirOpError(HbirError):
+    """IR that verifies but that a pass must refuse, at one op.
+
+    ``where`` is the op's location as the pass knows it (``file:line:col`` of its
+    torch origin, or its name); a tool that kept the op's place in the text it
+    parsed (``hbir-opt``) re-locates the message there with ``at``.
+    """
+
+    def __init__(self, op, where: str, what: str):
+        self.op, self.what = op, what
+        super().__init__(f"{where}: error: '{op.name}' op {what}")
+
+    def at(self, where: str) -> str:
+        return f"{where}: error: '{self.op.name}' op {self.what}"

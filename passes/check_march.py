@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
@@ -27,11 +28,17 @@ from xdsl.passes import ModulePass
 
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of
+from hbir.errors import HbirOpError
 from hbir.passes import fixed_point as fp
 from hbir.passes.march import MarchLimits, get_march
 from hbir.runtime import op_table
 
 _GEMMS = hbir.ops_lowered_as(op_table.GEMM)
+
+
+class MarchLimitError(HbirOpError):
+    """An integer op (already lowered) that the march cannot run: it has no float
+    form left to fall back to on the CPU."""
 
 
 def _codes(value) -> fp.Codes | None:
@@ -43,8 +50,31 @@ def _codes(value) -> fp.Codes | None:
     return fp.codes_of(value)
 
 
-def _gemm_reason(op: Operation, march: MarchLimits) -> str | None:
-    x, w = (_codes(v) for v in op.operands[:2])
+def _integer_codes(value) -> fp.Codes | None:
+    """An integer operand as its own codes (an op convert already lowered)."""
+    if hbir.is_float(value.type):
+        return None
+    width = hbir.tensor_type(value).element_type.width.data
+    return fp.Codes(value, np.ones(1, np.float32), None, width)
+
+
+def _check_integer_gemm(op: Operation, march: MarchLimits) -> None:
+    """Refuse an integer gemm beyond the march's limits (no CPU fallback)."""
+    if not isinstance(op, _GEMMS) or hbir.is_float(op.operands[0].type):
+        return
+    why = _gemm_reason(op, march, _integer_codes)
+    if why is not None:
+        raise MarchLimitError(
+            op,
+            fp.where(op),
+            f"is already integer and {why}: an integer op has no float form to run "
+            f"on the CPU. Run check-march on the float model (qat.bc), before "
+            f"convert lowers it",
+        )
+
+
+def _gemm_reason(op: Operation, march: MarchLimits, codes=_codes) -> str | None:
+    x, w = (codes(v) for v in op.operands[:2])
     if x is None or w is None:
         return None
     if x.bits == 16 and w.bits == 16 and not march.gemm_both_int16:
@@ -110,6 +140,7 @@ class CheckMarchPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         march = get_march(self.march)
         for inner in op.walk():
+            _check_integer_gemm(inner, march)
             why = reason(inner, march)
             if why is not None:
                 inner.attributes[fp.ATTR_DEVICE] = StringAttr("cpu")

@@ -45,8 +45,14 @@ from xdsl.pattern_rewriter import (
 
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import tensor_type
+from hbir.errors import HbirOpError
 from hbir.passes import fixed_point as fp
 from hbir.runtime import numerics
+
+
+class LutBuildError(HbirOpError):
+    """A table configuration that verifies but builds no table (a scale that is
+    zero or infinite in float32)."""
 
 
 class LowerLut(RewritePattern):
@@ -61,15 +67,18 @@ class LowerLut(RewritePattern):
             return
         if codes.scales[0] != np.float32(config.in_scale):
             return
-        table = numerics.build_lut(
-            op.table_name(),
-            config.in_scale,
-            config.in_bits,
-            config.out_scale,
-            config.out_bits,
-            config.num_tables,
-            fp.rounding_of(op),
-        )
+        try:
+            table = numerics.build_lut(
+                op.table_name(),
+                config.in_scale,
+                config.in_bits,
+                config.out_scale,
+                config.out_bits,
+                config.num_tables,
+                fp.rounding_of(op),
+            )
+        except ValueError as e:  # a configuration with no table (e.g. scale 0)
+            raise LutBuildError(op, fp.where(op), f"has no lookup table: {e}") from None
         lut = hbir.LutOp.from_table(codes.codes, table)
         element = tensor_type(op.output).element_type
         dq = qnt.DequantizeOp(lut.output, [config.out_scale], None, None, element)

@@ -74,6 +74,7 @@ class ExpandFakeQuant(RewritePattern):
         if bits not in STORAGE_BITS:
             return
         scales, zeros, axis = parameters(op)
+        fp.check_scales(op, scales)
         narrow = bool(op.narrowRange.value.data)
         rounding = fp.rounding_of(op)
         element = tensor_type(op.output).element_type

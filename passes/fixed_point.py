@@ -33,13 +33,16 @@ from xdsl.dialects.builtin import (
     NameLoc,
     StringAttr,
     TensorType,
+    UnknownLoc,
 )
+from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
 
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import si, tensor_type
+from hbir.errors import HbirOpError
 from hbir.runtime import numerics, op_table
 
 ATTR_DEVICE = "hbir.device"
@@ -73,6 +76,13 @@ def where(op: Operation) -> str:
         loc = loc.location
     if isinstance(loc, FileLineColLoc):
         return f"{loc.filename.data}:{loc.line.data}:{loc.column.data}"
+    if isinstance(loc, UnknownLoc):  # IR text without locations: the op's name
+        func = op.parent_op()
+        while func is not None and not isinstance(func, FuncOp):
+            func = func.parent_op()
+        names = [r.name_hint for r in op.results if r.name_hint]
+        where = f"@{func.sym_name.data}" if func is not None else "<module>"
+        return where + (f" %{names[0]}" if names else f" '{op.name}'")
     return str(op.location)
 
 
@@ -278,6 +288,46 @@ def replace_quantized(
     rewriter.erase(op)
 
 
+class FixedPointError(HbirOpError):
+    """IR that verifies but has no fixed-point form: a range whose float32 scale
+    underflows or overflows, or a requantization factor beyond what a 31-bit
+    multiplier and a legal shift hold (``numerics.SHIFT_RANGE``)."""
+
+
+def check_scales(op: Operation, scales: np.ndarray) -> None:
+    """Refuse float32 scales that are not positive and finite, at ``op``."""
+    scales = np.asarray(scales, np.float32)
+    bad = scales[~(np.isfinite(scales) & (scales > 0))]
+    if bad.size:
+        raise FixedPointError(
+            op,
+            where(op),
+            f"has no integer grid: its range gives the float32 scale "
+            f"{float(bad[0])!r} (a scale must be positive and finite in float32); "
+            f"re-calibrate or widen the range",
+        )
+
+
+def check_requantization(op: Operation, multiplier, shift) -> None:
+    """Refuse a requantization whose shift falls below the legal range (a factor
+    of about ``2**62`` or more), at the quantize ``op`` that asks for it."""
+    low = numerics.SHIFT_RANGE[0]
+    shift = np.asarray(shift, np.int64)
+    if shift.size and int(shift.min()) < low:
+        worst = int(np.argmin(shift))
+        factor = float(np.asarray(multiplier).reshape(-1)[worst]) * 2.0 ** -int(
+            shift.reshape(-1)[worst]
+        )
+        raise FixedPointError(
+            op,
+            where(op),
+            f"needs a requantization by {factor:.6g} (accumulator grid / output grid), "
+            f"beyond what a 31-bit multiplier and a shift in [{low}, "
+            f"{numerics.SHIFT_RANGE[1]}] hold (below 2**{31 - low}): the scales "
+            f"around it are degenerate",
+        )
+
+
 def finish(
     acc: SSAValue,
     real: np.ndarray,
@@ -307,6 +357,7 @@ def finish_with(
     separate integer ``hbir.clip`` follows: the same numbers, since rounding is
     monotone and clamping commutes with it.
     """
+    check_requantization(consumer.quantize, multiplier, shift)
     element = consumer.element
     if fuse or consumer.clip is None:
         clip = consumer.clip

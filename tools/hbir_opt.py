@@ -179,10 +179,13 @@ class HbirOptMain(xDSLOptMain):
     ) -> ModuleOp:
         name = self.get_input_name()
         data = chunk.read()
+        self._spans, self._line_offset = {}, start_offset
         if file_extension == "bc":
             text = files.decode_bc(data, name)
-            return diagnostics.parse_module(self.ctx, text, name)
-        return diagnostics.parse_module(self.ctx, data, name, start_offset)
+            return diagnostics.parse_module(self.ctx, text, name, spans=self._spans)
+        return diagnostics.parse_module(
+            self.ctx, data, name, start_offset, spans=self._spans
+        )
 
     def run(self) -> None:
         self._check_output()
@@ -197,7 +200,11 @@ class HbirOptMain(xDSLOptMain):
             with chunk:
                 try:
                     module = self.parse_chunk(chunk, extension, offset)
-                    self.apply_passes(module)
+                    try:
+                        self.apply_passes(module)
+                    except diagnostics.HbirOpError as e:  # at the op's line
+                        located = diagnostics.relocate(e, self._spans, offset)
+                        raise located from None
                 except diagnostics.HbirError as e:
                     if not self.args.verify_diagnostics:
                         raise

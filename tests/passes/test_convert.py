@@ -7,9 +7,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import zoo
+from xdsl.dialects.builtin import DenseArrayBase, f64
 from zoo_stages import calibrated, validated
 
 import hbir
+from hbir.dialects import qnt
+from hbir.passes.fixed_point import FixedPointError
 from hbir.quantization import export, pre_export, set_round_mode
 
 SEEDS = 5
@@ -374,3 +377,19 @@ def test_the_pass_docstring_example_is_what_the_pass_produces():
         r"multiplier = array<i64: (\d+)>, shift = array<i64: (\d+)>", after
     ).groups()
     assert Fraction(int(m), 2 ** int(s)) == Fraction(1, 128) / Fraction(1, 64)
+
+
+def test_a_degenerate_range_is_refused_at_its_torch_line(tmp_path):
+    # IR that verifies but has no fixed-point form: an activation range whose
+    # float32 scale is 0. expand-fake-quant refuses it, naming the torch line.
+    qat, example = calibrated("resnet", tmp_path)
+    qat_bc = export(qat, example)
+    fq = next(
+        op
+        for op in qat_bc["forward"].op.walk()
+        if isinstance(op, qnt.ConstFakeQuantOp) and op.axis is None
+    )
+    fq.properties["min"] = DenseArrayBase.from_list(f64, [-1e-45])
+    fq.properties["max"] = DenseArrayBase.from_list(f64, [1e-45])
+    with pytest.raises(FixedPointError, match=r"zoo\.py:\d+:\d+: error: .*scale 0\.0"):
+        hbir.convert(qat_bc, "nash-e")

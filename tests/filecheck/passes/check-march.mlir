@@ -2,6 +2,7 @@
 // RUN: hbir-opt %s --split-input-file --verify-diagnostics -p 'check-march{march=nash-m}' | filecheck %s --check-prefix=NASHM
 // RUN: not hbir-opt %s --split-input-file -p check-march 2>&1 | filecheck %s --check-prefix=INVALID
 // RUN: not hbir-opt %s --split-input-file -p 'check-march{march=nash-x}' 2>&1 | filecheck %s --check-prefix=BADMARCH
+// RUN: not hbir-opt %S/Inputs/check_march_refused.mlir -p check-march 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Positive: a conv whose input and weight are both si16 codes is marked for the
 // CPU with the reason (march.py: gemm_both_int16 is False on nash-e and nash-m).
@@ -53,8 +54,8 @@ func.func @within_limits(%xq: tensor<1x1x1x31xsi8>, %wq: tensor<1x1x1x31xsi16>) 
 
 // Invalid input: a conv whose result shape is wrong is rejected, located, before
 // the pass runs; nothing is printed.
-// CHECK: check-march.mlir:63:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
-// INVALID: check-march.mlir:63:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
+// CHECK: check-march.mlir:64:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
+// INVALID: check-march.mlir:64:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 func.func @bad_shape(%xq: tensor<1x4x8x8xsi8>, %wq: tensor<4x4x3x3xsi8>) -> tensor<1x4x8x8xf32> {
@@ -67,3 +68,9 @@ func.func @bad_shape(%xq: tensor<1x4x8x8xsi8>, %wq: tensor<4x4x3x3xsi8>) -> tens
 // Invalid option: a march the table does not know.
 // BADMARCH: hbir-opt: error: unknown march 'nash-x': expected one of nash-e, nash-m
 // BADMARCH-NOT: builtin.module
+
+// Refused input (Inputs/check_march_refused.mlir): IR that verifies and reaches the pass, which
+// must refuse it, located at the op's line in the text, nothing printed.
+// REFUSED: check_march_refused.mlir:5:3: error: 'hbir.conv2d' op is already integer and kernel [33, 33] exceeds 31 on nash-e
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback

@@ -51,3 +51,9 @@ func.func @keeps(%x: tensor<2x8xf32>) -> tensor<16xsi32> {
 // BADSPEC: hbir-opt: error: Error parsing pass pipeline specification:
 // BADSPEC: Unknown token
 // BADSPEC-NOT: Traceback
+
+// No refused input: cleanup accepts every module that verifies. Each of its
+// rewrites (a reshape chain folded, transposes cancelled or composed, a same-type
+// cast or a dead op dropped) is an identity on any verified IR, so there is no IR
+// that reaches it and must be refused; its refusals are its options (BADOPT,
+// BADSPEC above).

@@ -1,6 +1,7 @@
 // RUN: hbir-opt %s --split-input-file --verify-diagnostics -p convert-elementwise | filecheck %s
 // RUN: not hbir-opt %s --split-input-file -p convert-elementwise 2>&1 | filecheck %s --check-prefix=INVALID
 // RUN: not hbir-opt %s -p 'convert-elementwise{headroom=29}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: not hbir-opt %S/Inputs/convert_elementwise_refused.mlir -p convert-elementwise 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Multipliers below: (m, s) with m / 2**s = real, derived in Python with
 // fractions.Fraction from the float32 scales (f32(x) = struct round trip):
@@ -69,8 +70,8 @@ func.func @kept(%aq: tensor<2xsi8>, %f: tensor<2xf32>, %cq: tensor<2xsi8>) -> (t
 
 // Invalid input: an add of shapes that do not broadcast is rejected, located,
 // before the pass runs; nothing is printed.
-// CHECK: convert-elementwise.mlir:79:3: error: 'hbir.add' op shapes (4,) and (3,) are not broadcastable
-// INVALID: convert-elementwise.mlir:79:3: error: 'hbir.add' op shapes (4,) and (3,) are not broadcastable
+// CHECK: convert-elementwise.mlir:80:3: error: 'hbir.add' op shapes (4,) and (3,) are not broadcastable
+// INVALID: convert-elementwise.mlir:80:3: error: 'hbir.add' op shapes (4,) and (3,) are not broadcastable
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 func.func @bad_shapes(%aq: tensor<4xsi8>, %bq: tensor<3xsi8>) -> tensor<4xf32> {
@@ -82,3 +83,9 @@ func.func @bad_shapes(%aq: tensor<4xsi8>, %bq: tensor<3xsi8>) -> tensor<4xf32> {
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["headroom"] not found in expected arguments []
+
+// Refused input (Inputs/convert_elementwise_refused.mlir): IR that verifies and reaches the pass, which
+// must refuse it, located at the op's line in the text, nothing printed.
+// REFUSED: convert_elementwise_refused.mlir:7:3: error: 'qnt.quantize' op needs a requantization by
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback

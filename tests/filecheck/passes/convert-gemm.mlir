@@ -1,6 +1,7 @@
 // RUN: hbir-opt %s --split-input-file --verify-diagnostics -p convert-gemm | filecheck %s
 // RUN: not hbir-opt %s --split-input-file -p convert-gemm 2>&1 | filecheck %s --check-prefix=INVALID
 // RUN: not hbir-opt %s -p 'convert-gemm{march=nash-e}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: not hbir-opt %S/Inputs/convert_gemm_refused.mlir -p convert-gemm 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Positive: linear on si8 codes (per-channel weight) + relu + quantize becomes an
 // si8 x si8 -> si32 linear and one per-channel requantize with the relu as clip.
@@ -55,10 +56,16 @@ func.func @bad_weight(%xq: tensor<1x4xsi8>, %wq: tensor<2x4xsi8>) -> tensor<1x2x
   %q = qnt.quantize %y {scales = array<f32: 0.05>, zeros = array<i64: 0>} : tensor<1x2xf32> -> tensor<1x2xsi8>
   func.return %q : tensor<1x2xsi8>
 }
-// CHECK: convert-gemm.mlir:53:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
-// INVALID: convert-gemm.mlir:53:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
+// CHECK: convert-gemm.mlir:54:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
+// INVALID: convert-gemm.mlir:54:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["march"] not found in expected arguments []
+
+// Refused input (Inputs/convert_gemm_refused.mlir): IR that verifies and reaches the pass, which
+// must refuse it, located at the op's line in the text, nothing printed.
+// REFUSED: convert_gemm_refused.mlir:7:3: error: 'qnt.quantize' op needs a requantization by 1e+90
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback

@@ -1,6 +1,7 @@
 // RUN: hbir-opt %s --split-input-file --verify-diagnostics -p convert-lut | filecheck %s
 // RUN: not hbir-opt %s --split-input-file -p convert-lut 2>&1 | filecheck %s --check-prefix=INVALID
 // RUN: not hbir-opt %s -p 'convert-lut{num_tables=24}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: not hbir-opt %S/Inputs/convert_lut_refused.mlir -p convert-lut 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Positive: an int8 sigmoid with a table configuration becomes hbir.lut on the
 // codes (256 direct entries) and a dequantize at the output scale 2**-7.
@@ -42,8 +43,8 @@ func.func @kept(%xq: tensor<4xsi8>) -> (tensor<4xf32>, tensor<4xf32>) {
 
 // Invalid input: a table configuration with num_tables not a multiple of 6 is
 // rejected, located, before the pass runs; nothing is printed.
-// CHECK: convert-lut.mlir:51:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6, got 25
-// INVALID: convert-lut.mlir:51:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6, got 25
+// CHECK: convert-lut.mlir:52:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6, got 25
+// INVALID: convert-lut.mlir:52:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6, got 25
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 func.func @bad_tables(%xq: tensor<4xsi8>) -> tensor<4xf32> {
@@ -54,3 +55,9 @@ func.func @bad_tables(%xq: tensor<4xsi8>) -> tensor<4xf32> {
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["num_tables"] not found in expected arguments []
+
+// Refused input (Inputs/convert_lut_refused.mlir): IR that verifies and reaches the pass, which
+// must refuse it, located at the op's line in the text, nothing printed.
+// REFUSED: convert_lut_refused.mlir:5:3: error: 'hbir.exp' op has no lookup table: LUT scales must be positive and finite
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback

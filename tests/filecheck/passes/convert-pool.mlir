@@ -1,6 +1,7 @@
 // RUN: hbir-opt %s --split-input-file --verify-diagnostics -p convert-pool | filecheck %s
 // RUN: not hbir-opt %s --split-input-file -p convert-pool 2>&1 | filecheck %s --check-prefix=INVALID
 // RUN: not hbir-opt %s -p 'convert-pool{fine_bits=22}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: not hbir-opt %S/Inputs/convert_pool_refused.mlir -p convert-pool 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Multipliers below: (m, s) with m / 2**s = real, derived in Python with
 // fractions.Fraction from the float32 scales (f32(x) = struct round trip):
@@ -61,8 +62,8 @@ func.func @kept(%xq: tensor<2x12xsi8>) -> (tensor<2xf32>, tensor<2xsi8>) {
 
 // Invalid input: a mean over a dim the tensor does not have is rejected,
 // located, before the pass runs; nothing is printed.
-// CHECK: convert-pool.mlir:70:3: error: 'hbir.reduce_mean' op dim 2 is out of range for rank 2
-// INVALID: convert-pool.mlir:70:3: error: 'hbir.reduce_mean' op dim 2 is out of range for rank 2
+// CHECK: convert-pool.mlir:71:3: error: 'hbir.reduce_mean' op dim 2 is out of range for rank 2
+// INVALID: convert-pool.mlir:71:3: error: 'hbir.reduce_mean' op dim 2 is out of range for rank 2
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 func.func @bad_dim(%xq: tensor<2x12xsi8>) -> tensor<2xsi8> {
@@ -74,3 +75,9 @@ func.func @bad_dim(%xq: tensor<2x12xsi8>) -> tensor<2xsi8> {
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["fine_bits"] not found in expected arguments []
+
+// Refused input (Inputs/convert_pool_refused.mlir): IR that verifies and reaches the pass, which
+// must refuse it, located at the op's line in the text, nothing printed.
+// REFUSED: convert_pool_refused.mlir:6:3: error: 'qnt.quantize' op needs a requantization by 1.25e+59
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback

@@ -1,5 +1,6 @@
 // RUN: hbir-opt %s --split-input-file -p expand-fake-quant | filecheck %s
 // RUN: not hbir-opt %s -p 'expand-fake-quant{bits=8}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: not hbir-opt %S/Inputs/expand_fake_quant_refused.mlir -p expand-fake-quant 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Positive: a constant's fake quantization folds to codes; an activation's splits.
 // CHECK-LABEL: func.func @expand
@@ -27,3 +28,9 @@ func.func @four_bits(%x: tensor<2xf32>) -> tensor<2xf32> {
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["bits"] not found in expected arguments []
+
+// Refused input (Inputs/expand_fake_quant_refused.mlir): IR that verifies and reaches the pass, which
+// must refuse it, located at the op's line in the text, nothing printed.
+// REFUSED: expand_fake_quant_refused.mlir:4:3: error: 'qnt.const_fake_quant' op has no integer grid: its range gives the float32 scale 0.0
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback

@@ -2,6 +2,7 @@
 // RUN: not hbir-opt %s --split-input-file -p fold-requantize 2>&1 | filecheck %s --check-prefix=INVALID
 // RUN: hbir-opt %s --split-input-file --verify-diagnostics -p fold-requantize | filecheck %s --check-prefix=ZP
 // RUN: not hbir-opt %s -p 'fold-requantize{rounding=half_up}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: not hbir-opt %S/Inputs/fold_requantize_refused.mlir -p fold-requantize 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Positive: quantize(relu(dequantize(q))) becomes one requantize; the relu is its
 // clip and the dead dequantize goes. real = F(f32(0.02)) * F(f32(1 / f32(0.05)))
@@ -93,8 +94,8 @@ func.func @narrow_range(%p: tensor<2xsi8>) -> tensor<2xsi8> {
 // -----
 
 // Invalid input: a quantize to scale 0 is rejected, located; nothing is printed.
-// CHECK: fold-requantize.mlir:102:3: error: 'qnt.quantize' op scales must be positive
-// INVALID: fold-requantize.mlir:102:3: error: 'qnt.quantize' op scales must be positive
+// CHECK: fold-requantize.mlir:103:3: error: 'qnt.quantize' op scales must be positive
+// INVALID: fold-requantize.mlir:103:3: error: 'qnt.quantize' op scales must be positive
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 func.func @zero_scale(%q: tensor<4xsi8>) -> tensor<4xsi8> {
@@ -105,3 +106,9 @@ func.func @zero_scale(%q: tensor<4xsi8>) -> tensor<4xsi8> {
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["rounding"] not found in expected arguments []
+
+// Refused input (Inputs/fold_requantize_refused.mlir): IR that verifies and reaches the pass, which
+// must refuse it, located at the op's line in the text, nothing printed.
+// REFUSED: fold_requantize_refused.mlir:6:3: error: 'qnt.quantize' op needs a requantization by 1e+60
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback

@@ -80,3 +80,9 @@ func.func @bad_reshape(%q: tensor<2x8xsi8>) -> tensor<15xf32> {
 
 // Invalid option: the pass has none.
 // BADOPT: hbir-opt: error: Provided arguments ["through"] not found in expected arguments []
+
+// No refused input: sink-dequantize accepts every module that verifies. Each
+// rewrite moves a dequantize (zero point 0) past an op that only moves or selects
+// codes, and is applied only where the numbers stay the same (the does-not-apply
+// cases above: a per-channel grid through a reshape that mixes channels, a CPU
+// op); what it cannot move it leaves as it is, which is still correct IR.
