@@ -1,4 +1,4 @@
-"""The hbir and qnt dialects, and the lazy dialect table every tool loads from."""
+"""The hbir, qnt and npu dialects, and the lazy dialect table every tool loads from."""
 
 from __future__ import annotations
 
@@ -31,13 +31,19 @@ def _qnt() -> Dialect:
     return QNT
 
 
+def _npu() -> Dialect:
+    from hbir.dialects.npu import NPU
+
+    return NPU
+
+
 def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
     """Dialect name -> factory; factories import on first use."""
-    return {"builtin": _builtin, "func": _func, "hbir": _hbir, "qnt": _qnt}
+    return {"builtin": _builtin, "func": _func, "hbir": _hbir, "qnt": _qnt, "npu": _npu}
 
 
 def make_context():
-    """A Context that knows builtin, func, hbir and qnt (loaded lazily)."""
+    """A Context that knows builtin, func, hbir, qnt and npu (loaded lazily)."""
     from xdsl.context import Context
 
     ctx = Context()

@@ -19,6 +19,7 @@ from hbir.errors import (
 _LAZY = {
     "Argument": "hbir.module",
     "convert": "hbir.conversion",
+    "compile": "hbir.compile",
     "FeedError": "hbir.module",
     "Function": "hbir.module",
     "March": "hbir.conversion",
@@ -43,11 +44,11 @@ def __getattr__(name: str):
 class _Package(types.ModuleType):
     """The type of ``hbir``: Python's import sets each imported submodule as an
     attribute of its package, so ``import hbir.convert`` (``from hbir.convert import
-    ...``) would replace the function ``hbir.convert`` by the module. The function
-    stays."""
+    ...``) would replace the function ``hbir.convert`` by the module (the same for
+    ``hbir.compile``). The function stays."""
 
     def __setattr__(self, name: str, value) -> None:
-        if name == "convert" and isinstance(value, types.ModuleType):
+        if name in ("convert", "compile") and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
@@ -57,6 +58,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "Argument",
+    "compile",
     "convert",
     "FeedError",
     "Function",

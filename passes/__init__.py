@@ -38,6 +38,26 @@ _OURS: dict[str, tuple[str, str]] = {
     "fold-requantize": ("hbir.passes.fold_requantize", "FoldRequantizePass"),
     "convert": ("hbir.passes.convert", "ConvertPass"),
     "remove-fake-quant": ("hbir.passes.remove_fake_quant", "RemoveFakeQuantPass"),
+    "npu-lower": ("hbir.passes.npu_lower", "NpuLowerPass"),
+    "npu-fuse": ("hbir.passes.npu_fuse", "NpuFusePass"),
+    "npu-layout": ("hbir.passes.npu_layout", "NpuLayoutPass"),
+    "npu-tile": ("hbir.passes.npu_tile", "NpuTilePass"),
+    "npu-schedule": ("hbir.passes.npu_schedule", "NpuSchedulePass"),
+    "npu-plan-memory": ("hbir.passes.npu_plan_memory", "NpuPlanMemoryPass"),
+    "insert-transpose": ("hbir.passes.insert_transpose", "InsertTransposePass"),
+    "insert-image-preprocess": (
+        "hbir.passes.insert_image_preprocess",
+        "InsertImagePreprocessPass",
+    ),
+    "insert-image-convert": (
+        "hbir.passes.insert_image_convert",
+        "InsertImageConvertPass",
+    ),
+    "remove-io-op": ("hbir.passes.remove_io_op", "RemoveIoOpPass"),
+    "convert-image-preprocess": (
+        "hbir.passes.convert_image_preprocess",
+        "ConvertImagePreprocessPass",
+    ),
 }
 
 _registered: dict[str, PassFactory] = {}

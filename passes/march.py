@@ -52,3 +52,90 @@ def get_march(name: str) -> MarchLimits:
             f"unknown march '{name}': expected one of {', '.join(MARCHES)}"
         )
     return MARCHES[name]
+
+
+# ----------------------------------------------------------------- the NPU model
+#
+# What the backend (the compile passes, and the simulator's cost model) needs to
+# know about the NPU. Sources:
+#
+# * public: nash-e (J6E) is an 80 TOPS int8 part and nash-m (J6M) a 128 TOPS one,
+#   one BPU core each (reference-toolchain.md §5.7, Horizon's J6 deployment
+#   guides); the units are TAE (gemm / conv), AAE (pool, resize, warp), DTE
+#   (layout / data movement), VAE (vector: elementwise, LUT, reductions), VPU
+#   (SIMT; quantize / dequantize on J6E/M), SPU (scalar) (§5.7); the TAE
+#   post-process takes a si32 bias and a 32-bit accumulator (§5.2: quantInfo
+#   fields, int32 conv outputs); int16 x int16 gemms are not supported on J6E/M
+#   (§5.3, already in MarchLimits).
+# * ASSUMED (not public; chosen to be plausible and labelled as such): the clock,
+#   the SRAM (L1M) size, DDR bandwidth, the vector width, the channel alignment,
+#   and the int16 MAC rate. The compiler only uses them for tiling, memory
+#   planning and the cycle estimate; numerics never depend on them.
+
+
+@dataclass(frozen=True)
+class NpuModel:
+    """The NPU of one march, as data (``get_npu``). Fields marked (assumed) are
+    our estimates, not published figures."""
+
+    name: str
+    int8_tops: float  # public: dense int8 peak
+    clock_mhz: int  # (assumed)
+    sram_bytes: int  # (assumed) on-chip working memory one tile must fit in
+    ddr_gbps: float  # (assumed) DDR bandwidth, GB/s
+    vector_bytes: int  # (assumed) VAE width: bytes per cycle
+    channel_align: int  # (assumed) channels are stored padded to a multiple
+    acc_bits: int  # TAE accumulator and post-process width (si32)
+    int16_rate: float  # (assumed) int16 x int8 MACs per int8 MAC
+    units: tuple[tuple[str, tuple[str, ...]], ...]  # unit -> npu ops it runs
+
+    @property
+    def macs_per_cycle_int8(self) -> int:
+        """int8 MACs per cycle: TOPS / (2 ops per MAC * clock)."""
+        return round(self.int8_tops * 1e12 / (2 * self.clock_mhz * 1e6))
+
+    @property
+    def macs_per_cycle_int16(self) -> int:
+        return round(self.macs_per_cycle_int8 * self.int16_rate)
+
+    @property
+    def ddr_bytes_per_cycle(self) -> float:
+        return self.ddr_gbps * 1e9 / (self.clock_mhz * 1e6)
+
+    def unit_of(self, op_name: str) -> str:
+        for unit, ops in self.units:
+            if op_name in ops:
+                return unit
+        return "cpu"
+
+
+_UNITS = (
+    ("tae", ("npu.conv", "npu.conv_transpose", "npu.gemm")),
+    ("aae", ("npu.pool", "npu.resize")),
+    ("vae", ("npu.eltwise", "npu.rescale", "npu.lut", "npu.reduce", "npu.cast")),
+    ("dte", ("npu.transpose", "npu.concat", "npu.slice", "npu.reshape")),
+    ("dma", ("npu.dma_load", "npu.dma_store")),
+    ("cpu", ("npu.cpu_call",)),
+)
+
+NPUS: dict[str, NpuModel] = {
+    March.nash_e.value: NpuModel(
+        "nash-e", 80.0, 1000, 1 << 20, 51.2, 256, 16, 32, 0.25, _UNITS
+    ),
+    # nash-m: the public 128 TOPS; the rest as nash-e, except a larger DDR
+    # interface (assumed).
+    March.nash_m.value: NpuModel(
+        "nash-m", 128.0, 1000, 1 << 20, 68.0, 256, 16, 32, 0.25, _UNITS
+    ),
+}
+
+
+def get_npu(name: str) -> NpuModel:
+    return NPUS[get_march(name).name]
+
+
+def accumulator_fits(terms: int, x_bits: int, w_bits: int, acc_bits: int = 32) -> bool:
+    """Whether a ``terms``-long sum of ``x_bits`` x ``w_bits`` code products always
+    fits the march's accumulator (worst case, both operands at their extremes)."""
+    worst = terms * (1 << (x_bits - 1)) * (1 << (w_bits - 1))
+    return worst <= (1 << (acc_bits - 1)) - 1

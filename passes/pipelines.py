@@ -8,7 +8,11 @@ that phase up to and including the pass). A phase with no passes yet is an error
   (``hbir.quantization.export`` runs it; ``export(..., stop_after="import")`` gives
   the import alone).
 * ``convert``: ``qat.bc`` to fixed point (``quantized.bc``).
-* ``compile``: to the NPU (not built yet).
+* ``compile``: ``quantized.bc`` to the ``npu`` dialect (``passes/npu_*.py``):
+  lower, layout, fuse, tile, schedule, plan memory.
+
+Passes that take ``march`` get it from the pipeline (``pipeline_up_to(stop,
+march)``; ``hbir-opt --march``), so one march flows through every phase.
 """
 
 from __future__ import annotations
@@ -16,8 +20,24 @@ from __future__ import annotations
 PHASES: dict[str, list[str]] = {
     "export": ["configure-lut", "fold-constants", "cleanup"],
     "convert": ["convert{march=nash-e}"],
-    "compile": [],
+    "compile": [
+        "npu-lower{march=nash-e}",
+        "npu-layout{march=nash-e}",
+        "npu-fuse{march=nash-e}",
+        "npu-tile{march=nash-e}",
+        "npu-schedule{march=nash-e}",
+        "npu-plan-memory{march=nash-e}",
+    ],
 }
+
+
+def with_march(spec: str, march: str | None) -> str:
+    """A pass spec with its ``march`` option set to ``march`` (None: unchanged)."""
+    if march is None or "march=" not in spec:
+        return spec
+    import re
+
+    return re.sub(r"march=[^ }]*", f"march={march}", spec)
 
 
 def _pass_name(spec: str) -> str:
@@ -32,8 +52,16 @@ def stop_points() -> list[str]:
     return points
 
 
-def pipeline_up_to(stop: str) -> list[tuple[str, list[str]]]:
-    """``[(phase, pass specs), ...]`` from the first phase through ``stop``."""
+def pipeline_up_to(stop: str, march: str | None = None) -> list[tuple[str, list[str]]]:
+    """``[(phase, pass specs), ...]`` from the first phase through ``stop``, with
+    ``march`` (when given) passed to every pass that takes one."""
+    return [
+        (phase, [with_march(s, march) for s in specs])
+        for phase, specs in _pipeline_up_to(stop)
+    ]
+
+
+def _pipeline_up_to(stop: str) -> list[tuple[str, list[str]]]:
     if stop not in stop_points():
         raise ValueError(
             f"unknown phase or pass '{stop}': expected one of {stop_points()}"

@@ -45,7 +45,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import dense_array, numpy_dtype
 from hbir.errors import HbirError
-from hbir.runtime import numerics
+from hbir.runtime import integer_ops, numerics, yuv
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -295,16 +295,6 @@ def _check_exact(x: np.ndarray, w: np.ndarray, terms: int) -> None:
         )
 
 
-def _accumulate(op: Operation, acc: torch.Tensor, bias: np.ndarray | None, axis: int):
-    """Exact float64 sums -> int64, plus the si32 bias along ``axis``, saturated."""
-    y = acc.numpy().astype(np.int64)
-    if bias is not None:
-        shape = [1] * y.ndim
-        shape[axis] = bias.size
-        y = y + bias.astype(np.int64).reshape(shape)
-    return (_int_out(op, y),)
-
-
 def _exact_gemm(
     op, x, w, b, gemm, *, terms: int, axis: int, w_axis, rounding: str, w_out_axis=0
 ):
@@ -349,7 +339,8 @@ def _conv2d(op: hbir.Conv2dOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding
         bias = None if b is None else _t(b)
         return (_float_out(op, F.conv2d(_t(x), _t(w), bias, *params)),)
     _check_exact(x, w, terms)
-    return _accumulate(op, F.conv2d(_f64(x), _f64(w), None, *params), b, 1)
+    y = integer_ops.conv2d(x, w, b, *params, bits=_bits(op), engine=_conv2d_engine)
+    return (_int_out(op, y),)
 
 
 def _conv2d_f64(a: torch.Tensor, c: torch.Tensor, *, params) -> torch.Tensor:
@@ -358,6 +349,36 @@ def _conv2d_f64(a: torch.Tensor, c: torch.Tensor, *, params) -> torch.Tensor:
 
 def _conv_transpose2d_f64(a: torch.Tensor, c: torch.Tensor, *, params):
     return F.conv_transpose2d(a, c, None, *params)
+
+
+def _bits(op: Operation) -> int:
+    """The width of the op's integer result (what its exact value saturates to)."""
+    return _code_range(_element(op.results[0]))[1].bit_length() + 1
+
+
+# Exact-sum engines for ``integer_ops`` (its semantics; torch float64 for speed,
+# exact while every partial sum is below 2**53, which ``_check_exact`` ensures).
+def _conv2d_engine(x, w, stride, pads, dilation, groups):
+    t, lf, b, r = pads
+    xt = _f64(x)
+    if (t, lf) != (b, r):
+        xt = F.pad(xt, (lf, r, t, b))
+        t = lf = 0
+    return F.conv2d(xt, _f64(w), None, stride, (t, lf), dilation, groups).numpy()
+
+
+def _conv_transpose2d_engine(x, w, stride, padding, output_padding, groups, dilation):
+    return F.conv_transpose2d(
+        _f64(x), _f64(w), None, stride, padding, output_padding, groups, dilation
+    ).numpy()
+
+
+def _linear_engine(x, w):
+    return F.linear(_f64(x), _f64(w)).numpy()
+
+
+def _matmul_engine(a, b):
+    return torch.matmul(_f64(a), _f64(b)).numpy()
 
 
 def _conv_transpose2d(
@@ -389,8 +410,10 @@ def _conv_transpose2d(
         bias = None if b is None else _t(b)
         return (_float_out(op, F.conv_transpose2d(_t(x), _t(w), bias, *params)),)
     _check_exact(x, w, terms)
-    acc = F.conv_transpose2d(_f64(x), _f64(w), None, *params)
-    return _accumulate(op, acc, b, 1)
+    y = integer_ops.conv_transpose2d(
+        x, w, b, *params, bits=_bits(op), engine=_conv_transpose2d_engine
+    )
+    return (_int_out(op, y),)
 
 
 def _linear(op: hbir.LinearOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding=None):
@@ -403,7 +426,8 @@ def _linear(op: hbir.LinearOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding
         bias = None if b is None else _t(b)
         return (_float_out(op, F.linear(_t(x), _t(w), bias)),)
     _check_exact(x, w, w.shape[1])
-    return _accumulate(op, F.linear(_f64(x), _f64(w)), b, -1)
+    y = integer_ops.linear(x, w, b, bits=_bits(op), engine=_linear_engine)
+    return (_int_out(op, y),)
 
 
 def _matmul(op: hbir.MatmulOp, a: np.ndarray, b: np.ndarray, *, rounding=None):
@@ -424,7 +448,8 @@ def _matmul(op: hbir.MatmulOp, a: np.ndarray, b: np.ndarray, *, rounding=None):
     if _is_float(a):
         return (_float_out(op, torch.matmul(_t(a), _t(b))),)
     _check_exact(a, b, a.shape[-1])
-    return _accumulate(op, torch.matmul(_f64(a), _f64(b)), None, -1)
+    y = integer_ops.matmul(a, b, bits=_bits(op), engine=_matmul_engine)
+    return (_int_out(op, y),)
 
 
 # ------------------------------------------------------------------ pooling / resize
@@ -450,7 +475,15 @@ def _max_pool2d(
             y = numerics.fixed_point_rescale(qnt.exact(op), y.numpy(), mode=rounding)
             y = torch.from_numpy(y)
         return (_float_out(op, y),)
-    return (F.max_pool2d(_f64(x), **args).numpy().astype(x.dtype),)
+    y = integer_ops.max_pool2d(
+        x,
+        args["kernel_size"],
+        args["stride"],
+        args["padding"],
+        args["dilation"],
+        args["ceil_mode"],
+    )
+    return (y,)
 
 
 def _avg_pool2d(
@@ -485,9 +518,7 @@ def _global_avg_pool2d(
         return _exact_mean(op, x, (2, 3), True, x.shape[2] * x.shape[3], rounding)
     if _is_float(x):
         return (_float_out(op, F.adaptive_avg_pool2d(_t(x), 1)),)
-    total = np.sum(x, axis=(2, 3), dtype=np.int64, keepdims=True)
-    count = x.shape[2] * x.shape[3]
-    return (_int_out(op, numerics.divide_round(total, count, numerics.HALF_EVEN)),)
+    return (_int_out(op, integer_ops.global_avg_pool2d(x, bits=_bits(op))),)
 
 
 def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -508,7 +539,7 @@ def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
         y = F.interpolate(_t(x), mode=mode, align_corners=corners, **how)
         return (_float_out(op, y),)
     y = F.interpolate(_f64(x), mode=mode, align_corners=corners, **how).numpy()
-    return (_int_out(op, np.rint(y).astype(np.int64)),)
+    return (_int_out(op, integer_ops.resize_rint(y, _bits(op))),)
 
 
 def _npu_bilinear(op: hbir.Resize2dOp, x: np.ndarray, corners: bool) -> np.ndarray:
@@ -522,7 +553,8 @@ def _npu_bilinear(op: hbir.Resize2dOp, x: np.ndarray, corners: bool) -> np.ndarr
     if _is_float(x):
         y = numerics.resize_bilinear(x.astype(np.float64), *taps)
         return y.astype(numpy_dtype(_element(op.output)))
-    return _int_out(op, numerics.resize_bilinear(x.astype(np.int64), *taps))
+    y = integer_ops.resize_bilinear_npu(x, (oh, ow), corners, scale, _bits(op))
+    return _int_out(op, y)
 
 
 # ------------------------------------------------------------------ data movement
@@ -615,30 +647,22 @@ def _lut(op: hbir.LutOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
 # ------------------------------------------------------------------ image input
 
 
-def _image_convert(op: hbir.ImageConvertOp, y: np.ndarray, uv: np.ndarray):
-    """NV12 -> centred YUV444: chroma upsampled by repeating each sample 2 x 2."""
-    chroma = uv.repeat(2, axis=2).repeat(2, axis=3)
-    yuv = np.concatenate([y, chroma], axis=1).astype(np.int16) - 128
-    return (yuv.astype(np.int8),)
-
-
-_CSC = {
-    "yuv_bt601_full_to_rgb": numerics.yuv_to_rgb_bt601_full,
-    "yuv_bt601_video_to_rgb": numerics.yuv_to_rgb_bt601_video,
-}
+def _image_convert(op: hbir.ImageConvertOp, y: np.ndarray, uv=None):
+    """NV12 (or gray) planes -> the centred NHWC image (``runtime/yuv.py``)."""
+    planes = y if uv is None else yuv.nv12_to_yuv444(y, uv)
+    return (yuv.center(planes),)
 
 
 def _image_preprocess(op: hbir.ImagePreprocessOp, x: np.ndarray):
-    """Integer colour conversion, then ``(v / divisor - mean) / std`` in float32
-    with float32 mean / std tensors, as torchvision's ToTensor + Normalize."""
-    v = x.astype(np.int64) + 128
-    convert = _CSC.get(op.csc.data)
-    if convert is not None:
-        v = np.stack(convert(v[:, 0], v[:, 1], v[:, 2]), axis=1)
-    mean = torch.tensor(op.mean.get_values(), dtype=torch.float32).view(1, 3, 1, 1)
-    std = torch.tensor(op.std.get_values(), dtype=torch.float32).view(1, 3, 1, 1)
-    img = _t(v.astype(np.float32)) / op.divisor.value.data
-    return (_float_out(op, (img - mean) / std),)
+    """Integer colour conversion, then float32 normalisation (float result) or the
+    per-channel code table (integer result), both ``runtime/yuv.py``."""
+    csc = op.csc.data
+    if op.table is not None:
+        codes = yuv.preprocess_codes(x, csc, dense_array(op.table).astype(np.int64))
+        return (codes.astype(numpy_dtype(_element(op.output))),)
+    mean, std = op.mean.get_values(), op.std.get_values()
+    img = yuv.preprocess(x, csc, op.divisor.value.data, mean, std)
+    return (_float_out(op, img),)
 
 
 # ------------------------------------------------------------------ qnt
@@ -805,6 +829,11 @@ def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         got = f"{y.dtype} {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__
         raise _error(op, f"produced {got}, expected {dtype} {shape}")
 
+
+# The npu dialect (the compile phase's output) registers its kernels here.
+from hbir.runtime import npu_kernels  # noqa: E402
+
+KERNELS.update(npu_kernels.KERNELS)
 
 # Kernels whose result depends on the model's rounding mode (fake quantization,
 # the lookup-table ops, the ops ``qnt.exact`` can mark): those taking ``rounding``.

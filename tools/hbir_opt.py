@@ -111,6 +111,12 @@ class HbirOptMain(xDSLOptMain):
             "verifying after each",
         )
         arg_parser.add_argument(
+            "--march",
+            default=None,
+            help="the march every phase's passes take (nash-e, nash-m); "
+            "default: each pass's own default (nash-e)",
+        )
+        arg_parser.add_argument(
             "--load-plugin",
             action="append",
             default=[],
@@ -139,21 +145,43 @@ class HbirOptMain(xDSLOptMain):
         return "\n".join(lines)
 
     # ---- pipeline: user passes, then the requested phases; our verifier between
-    def setup_pipeline(self) -> None:
+    def setup_pipeline(self, done: frozenset[str] = frozenset()) -> None:
+        """The user's passes, then the phases up to ``--compile-to`` that the
+        input has not been through yet (``done``: a converted model skips export
+        and convert), with ``--march`` passed to every pass that takes one."""
+        import time
+
         from xdsl.passes import PassPipeline
+
+        from hbir.dialects.npu import verify_sram
 
         specs = [self.args.passes] if self.args.passes else []
         if self.args.compile_to:
             try:
-                phases = pipeline_up_to(self.args.compile_to)
+                phases = pipeline_up_to(self.args.compile_to, self.args.march)
             except ValueError as e:  # a phase with no passes yet
                 raise diagnostics.HbirError(f"hbir-opt: error: {e}") from None
-            for _, phase_specs in phases:
-                specs.extend(phase_specs)
+            for phase, phase_specs in phases:
+                if phase not in done:
+                    specs.extend(phase_specs)
+        started = [time.perf_counter()]
 
         def verify_between(previous, module: ModuleOp, next_pass) -> None:
+            if self.args.time_passes and previous is not None:
+                took = time.perf_counter() - started[0]
+                print(
+                    f"hbir-opt: pass '{previous.name}' took {took:.3f} s",
+                    file=sys.stderr,
+                )
             if not self.args.disable_verify and previous is not None:
                 diagnostics.verify(module, filename=f"after pass '{previous.name}'")
+                try:
+                    verify_sram(module)
+                except Exception as e:
+                    raise diagnostics.HbirError(
+                        f"after pass '{previous.name}': error: {e}"
+                    ) from None
+            started[0] = time.perf_counter()
 
         spec = ",".join(specs)
         _check_spec(spec, self.available_passes)
@@ -163,6 +191,12 @@ class HbirOptMain(xDSLOptMain):
             )
         except ValueError as e:  # an option xDSL cannot give the pass
             raise diagnostics.HbirError(f"hbir-opt: error: {e}") from None
+
+    def apply_passes(self, prog: ModuleOp) -> None:
+        if self.args.compile_to and "hbir.march" in prog.attributes:
+            # a converted model (quantized.bc): export and convert are done
+            self.setup_pipeline(done=frozenset({"export", "convert"}))
+        super().apply_passes(prog)
 
     # ---- input / output
     def prepare_input(self):

@@ -111,9 +111,15 @@ def test_export_refuses_a_stop_outside_export(layer_scale):
         export(qat, example, stop_after="nope")
 
 
-def test_stop_points_are_phases_then_their_passes():
+def test_stop_points_are_phases_then_their_passes(monkeypatch):
     assert stop_points()[:3] == ["export", "convert", "compile"]
     assert set(EXPORT_PASSES) <= set(stop_points())
     assert pipeline_up_to("fold-constants") == [("export", PHASES["export"][:2])]
+    assert pipeline_up_to("compile", "nash-m")[-1] == (
+        "compile",
+        [s.replace("nash-e", "nash-m") for s in PHASES["compile"]],
+    )
+    # A phase that does nothing is an error, not a silent success.
+    monkeypatch.setitem(PHASES, "compile", [])
     with pytest.raises(ValueError, match="phase 'compile' has no passes yet"):
         pipeline_up_to("compile")

@@ -1,6 +1,6 @@
 // RUN: hbir-opt %s --compile-to=convert | filecheck %s
 // RUN: hbir-opt %s --compile-to=configure-lut | filecheck %s
-// RUN: not hbir-opt %s --compile-to=compile 2>&1 | filecheck %s --check-prefix=EMPTY
+// RUN: hbir-opt %s --compile-to=compile --march=nash-m 2>/dev/null | filecheck %s --check-prefix=COMPILE
 // RUN: hbir-opt %s -o %t.bc && hbir-opt %t.bc --print-debuginfo | filecheck %s --check-prefix=BC
 // RUN: not hbir-opt %s -p no-such-pass 2>&1 | filecheck %s --check-prefix=NOPASS
 // RUN: not hbir-opt %S/Inputs/parse_error.mlir 2>&1 | filecheck %s --check-prefix=PARSE
@@ -15,7 +15,10 @@ func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
   func.return %y : tensor<4xf32>
 }
 
-// EMPTY: hbir-opt: error: phase 'compile' has no passes yet
+// A float model compiles to one CPU island.
+// COMPILE: builtin.module attributes {hbir.march = "nash-m"
+// COMPILE: "npu.cpu_call"(%{{.*}}) <{reason = "float"}>
+// COMPILE: hbir.relu
 // NOPASS: hbir-opt: error: unknown pass 'no-such-pass' (hbir-opt --help lists every pass)
 // PARSE: parse_error.mlir:3:3: error: Operation hbir.nope is not registered
 // PARSE-NEXT: %y = hbir.nope %x

@@ -1,0 +1,953 @@
+"""The ``npu`` dialect: the program the NPU runs, after the compile passes.
+
+``quantized.bc`` (hbir / qnt, NCHW, one op per arithmetic step) is lowered by the
+``compile`` phase (``passes/npu_*.py``) into these ops, so that every decision a
+real NPU compiler makes prints as IR before bytecode is emitted:
+
+* **layout**: spatial ops (``npu.conv``, ``npu.conv_transpose``, ``npu.pool``,
+  ``npu.resize``) take NHWC activations and OHWI weights; layout-free ops
+  (``npu.eltwise``, ``npu.rescale``, ``npu.lut``, ``npu.reduce``, ...) follow their
+  operands; ``npu.transpose`` is explicit and ``npu-layout`` cancels pairs of it.
+  Channel alignment is a storage property: buffers are sized with the channel
+  count rounded up to the march's ``channel_align`` (``aligned_bytes``); values
+  keep their logical shapes.
+* **fusion**: compute ops carry their post-process (``POST`` properties below):
+  a left shift of the accumulator (``pre_shift``), an si32 ``bias`` operand, one
+  requantization (``multiplier`` / ``shift`` / ``rounding``) and a ``clip`` (a
+  folded relu / clip). ``npu.eltwise`` also rescales its two inputs
+  (``in_multiplier`` / ``in_shift``).
+* **tiles, schedule, buffers**: ``npu-tile`` splits ops into tiles (attribute
+  ``npu.tile = array<i64: index, count>``; ``npu.slice`` with halo in,
+  ``npu.concat`` out), ``npu-schedule`` inserts ``npu.dma_load`` /
+  ``npu.dma_store`` and records each op's unit and start / end cycle
+  (``npu.unit``, ``npu.start``, ``npu.end``), ``npu-plan-memory`` gives every value
+  a buffer (``npu.buffer = {space = "ddr" | "sram", offset, size}``) and the module
+  its peaks (``npu.ddr_peak_bytes``, ``npu.sram_peak_bytes``, ...).
+* **CPU islands**: ``npu.cpu_call`` holds the float ops convert left on the CPU
+  (and the quantize / dequantize at the model's edges) as a nested region of
+  ordinary hbir / qnt ops.
+
+The integer semantics of every op are those of the hbir / qnt ops it came from
+(``runtime/numerics.py``, ``runtime/integer_ops.py``); ``runtime/npu_kernels.py``
+executes them, so the program after every compile pass can be run and compared
+bit for bit with ``quantized.bc``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    AnyTensorTypeConstr,
+    BoolAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
+from xdsl.ir import Attribute, Dialect, Region, SSAValue
+from xdsl.irdl import (
+    AnyAttr,
+    IRDLOperation,
+    ParamAttrConstraint,
+    ParsePropInAttrDict,
+    VarConstraint,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import ConstantLike, IsTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from hbir.dialects.hbir import (
+    LutOp as HbirLutOp,
+)
+from hbir.dialects.hbir import (
+    Value,
+    i64_attr,
+    ints,
+    shape_of,
+    tensor_type,
+)
+
+ROUNDING_MODES = ("half_even", "half_up")
+MULTIPLIER_LIMIT = 1 << 31
+SHIFT_RANGE = (-31, 62)  # as numerics.SHIFT_RANGE (not imported: no numpy here)
+
+# Attributes the compile passes write (discardable: printing keeps them).
+ATTR_TILE = "npu.tile"  # array<i64: index, count>
+ATTR_UNIT = "npu.unit"  # "tae" | "vae" | "aae" | "dte" | "dma" | "cpu"
+ATTR_START = "npu.start"  # cycle the op starts (npu-schedule's estimate)
+ATTR_END = "npu.end"
+ATTR_BUFFER = "npu.buffer"  # {space, offset, size}
+# Module attributes.
+ATTR_SRAM_LIMIT = "npu.sram_limit"  # bytes; set by npu-tile, checked by verify
+ATTR_CHANNEL_ALIGN = "npu.channel_align"
+ATTR_LAYOUT = "npu.layout"
+
+
+def _int_width(value: SSAValue) -> int:
+    t = tensor_type(value).element_type
+    if not isinstance(t, IntegerType):
+        raise VerifyException(f"expected an integer tensor, got {t}")
+    return t.width.data
+
+
+def _values(attr: DenseArrayBase | None) -> tuple[int, ...]:
+    return () if attr is None else tuple(attr.get_values())
+
+
+# ------------------------------------------------------------------ post-process
+
+
+class PostProcessOp(IRDLOperation):
+    """A compute op with its requantization fused in (the NPU's post-process).
+
+    From the op's exact result ``acc`` (saturated to ``acc_bits``: the width of
+    the op's own result before fusion; without it si32 when a post-process is
+    present, else the result width): ``pre_shift`` — ``acc = sat32(acc << pre_shift)``;
+    ``bias`` — ``acc = sat32(acc + bias[c])`` (without ``pre_shift`` the bias is
+    added inside the accumulator, before its saturation); ``multiplier`` / ``shift`` —
+    ``y = clamp(round(acc * m[c] / 2**s[c]), lo, hi)`` with ``[lo, hi]`` the result
+    type's range narrowed by ``clip``; without a multiplier ``y`` is ``acc``
+    saturated to the result type and clipped. ``c`` runs over the channel axis
+    (``channel_axis()``).
+    """
+
+    acc_bits = opt_prop_def(IntegerAttr[I64])
+    pre_shift = opt_prop_def(IntegerAttr[I64])
+    multiplier = opt_prop_def(DenseArrayBase[I64])
+    shift = opt_prop_def(DenseArrayBase[I64])
+    clip = opt_prop_def(DenseArrayBase[I64])
+    rounding = prop_def(StringAttr, default_value=StringAttr("half_even"))
+
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def channel_axis(self) -> int:
+        return -1
+
+    def channels(self) -> int:
+        return shape_of(self.results[0])[self.channel_axis()]
+
+    def has_post(self) -> bool:
+        return self.multiplier is not None
+
+    def verify_post(self) -> None:
+        if self.rounding.data not in ROUNDING_MODES:
+            raise VerifyException(f"rounding must be one of {ROUNDING_MODES}")
+        width = _int_width(self.results[0])
+        if (self.multiplier is None) != (self.shift is None):
+            raise VerifyException("multiplier and shift go together")
+        if self.multiplier is not None:
+            m, s = _values(self.multiplier), _values(self.shift)
+            if len(m) != len(s) or len(m) not in (1, self.channels()):
+                raise VerifyException(
+                    f"{len(m)} multipliers and {len(s)} shifts for "
+                    f"{self.channels()} channels"
+                )
+            if any(not 0 <= v < MULTIPLIER_LIMIT for v in m):
+                raise VerifyException("multipliers must be in [0, 2**31)")
+            if any(not SHIFT_RANGE[0] <= v <= SHIFT_RANGE[1] for v in s):
+                raise VerifyException(f"shifts must be in {list(SHIFT_RANGE)}")
+        if self.pre_shift is not None and not 0 <= self.pre_shift.value.data <= 31:
+            raise VerifyException("pre_shift must be in [0, 31]")
+        if self.clip is not None:
+            lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+            c = _values(self.clip)
+            if len(c) != 2 or not lo <= c[0] <= c[1] <= hi:
+                raise VerifyException(
+                    f"clip {list(c)} must be [lo, hi] in [{lo}, {hi}]"
+                )
+        bias = getattr(self, "bias", None)
+        if bias is not None:
+            if _int_width(bias) != 32 or shape_of(bias) != (self.channels(),):
+                raise VerifyException(
+                    f"bias must be tensor<{self.channels()}xsi32>, got {bias.type}"
+                )
+
+
+def post_properties(
+    multiplier: Sequence[int] | None = None,
+    shift: Sequence[int] | None = None,
+    clip: Sequence[int] | None = None,
+    rounding: str = "half_even",
+    pre_shift: int | None = None,
+) -> dict[str, Attribute]:
+    props: dict[str, Attribute] = {"rounding": StringAttr(rounding)}
+    if multiplier is not None:
+        props["multiplier"] = ints(multiplier)
+        props["shift"] = ints(shift or [])
+    if clip is not None:
+        props["clip"] = ints(clip)
+    if pre_shift is not None:
+        props["pre_shift"] = i64_attr(pre_shift)
+    return props
+
+
+_GEMM_FORMAT = (
+    "$input `,` $weight (`bias` `(` $bias^ `)`)? attr-dict `:` "
+    "functional-type(operands, results)"
+)
+_MAP_FORMAT = "$input attr-dict `:` type($input) `->` type($output)"
+
+
+# ------------------------------------------------------------------ constant
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """A constant held in DDR (weights, biases, tables).
+
+    ``%w = npu.constant dense<[1, 2]> : tensor<2xsi8>``
+    """
+
+    name = "npu.constant"
+
+    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
+    value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
+    output = result_def(T)
+
+    traits = traits_def(Pure(), ConstantLike())
+    assembly_format = "attr-dict $value"
+
+    def __init__(self, value: DenseIntOrFPElementsAttr):
+        super().__init__(properties={"value": value}, result_types=[value.get_type()])
+
+
+# ------------------------------------------------------------------ TAE (gemm)
+
+
+def _check_nhwc(op: IRDLOperation, value: SSAValue, what: str) -> tuple[int, ...]:
+    shape = shape_of(value)
+    if len(shape) != 4:
+        raise VerifyException(f"{what} must be 4-d NHWC, got {tensor_type(value)}")
+    return shape
+
+
+@irdl_op_definition
+class ConvOp(PostProcessOp):
+    """2-D convolution on NHWC codes with an OHWI weight (TAE), post-process fused.
+
+    The exact accumulator (``integer_ops.conv2d_acc``: int64 sums saturated to
+    si32) then the post-process; ``padding`` is ``[top, left]`` (symmetric, as the
+    hbir op) or ``[top, left, bottom, right]`` (a tile's own padding).
+
+    ``%y = npu.conv %x, %w bias(%b) {stride = array<i64: 1, 1>, padding =
+    array<i64: 1, 1>, dilation = array<i64: 1, 1>, groups = 1 : i64, pre_shift =
+    11 : i64, multiplier = array<i64: 1382974125>, shift = array<i64: 51>, clip =
+    array<i64: 0, 127>} : (tensor<2x16x16x3xsi8>, tensor<8x3x3x3xsi8>,
+    tensor<8xsi32>) -> tensor<2x16x16x8xsi8>``
+    """
+
+    name = "npu.conv"
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+
+    traits = traits_def(Pure())
+    assembly_format = _GEMM_FORMAT
+
+    def pads(self) -> tuple[int, int, int, int]:
+        """``(top, left, bottom, right)``."""
+        p = _values(self.padding)
+        return (p[0], p[1], p[0], p[1]) if len(p) == 2 else tuple(p)  # type: ignore
+
+    def verify_(self) -> None:
+        n, h, w, c = _check_nhwc(self, self.input, "input")
+        o, kh, kw, ci = _check_nhwc(self, self.weight, "weight")
+        g = self.groups.value.data
+        if len(_values(self.padding)) not in (2, 4):
+            raise VerifyException("padding must have 2 or 4 values")
+        if g < 1 or c != ci * g or o % g:
+            raise VerifyException(
+                f"weight {[o, kh, kw, ci]} does not fit {c} input channels in "
+                f"{g} groups"
+            )
+        (sh, sw), (dh, dw) = _values(self.stride), _values(self.dilation)
+        t, lf, b, r = self.pads()
+        oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
+        ow = (w + lf + r - dw * (kw - 1) - 1) // sw + 1
+        if shape_of(self.output) != (n, oh, ow, o):
+            raise VerifyException(
+                f"expected result shape {(n, oh, ow, o)}, got {shape_of(self.output)}"
+            )
+        self.verify_post()
+
+
+@irdl_op_definition
+class ConvTransposeOp(PostProcessOp):
+    """Transposed 2-D convolution on NHWC codes (TAE), post-process fused.
+
+    The weight is ``[C_in, KH, KW, C_out / groups]`` (torch's
+    ``[C_in, C_out / groups, KH, KW]`` with the channels last).
+
+    ``%y = npu.conv_transpose %x, %w {stride = array<i64: 2, 2>, padding =
+    array<i64: 0, 0>, output_padding = array<i64: 0, 0>, dilation = array<i64: 1,
+    1>, groups = 1 : i64} : (tensor<1x4x4x16xsi8>, tensor<16x2x2x4xsi8>) ->
+    tensor<1x8x8x4xsi32>``
+    """
+
+    name = "npu.conv_transpose"
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    output_padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+
+    traits = traits_def(Pure())
+    assembly_format = _GEMM_FORMAT
+
+    def verify_(self) -> None:
+        n, h, w, c = _check_nhwc(self, self.input, "input")
+        ci, kh, kw, og = _check_nhwc(self, self.weight, "weight")
+        g = self.groups.value.data
+        if ci != c:
+            raise VerifyException(f"weight has {ci} input channels, input has {c}")
+        (sh, sw), (ph, pw) = _values(self.stride), _values(self.padding)
+        (oph, opw), (dh, dw) = _values(self.output_padding), _values(self.dilation)
+        oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+        ow = (w - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+        if shape_of(self.output) != (n, oh, ow, og * g):
+            raise VerifyException(
+                f"expected result shape {(n, oh, ow, og * g)}, got "
+                f"{shape_of(self.output)}"
+            )
+        self.verify_post()
+
+
+@irdl_op_definition
+class GemmOp(PostProcessOp):
+    """Batched matrix product on codes (TAE), post-process fused.
+
+    ``transpose_b``: ``y = a @ b^T`` with ``b`` of shape ``[N, K]`` (a linear
+    layer); otherwise ``y = a @ b`` (batched, broadcast over leading dims).
+
+    ``%y = npu.gemm %a, %b bias(%c) {transpose_b = true, multiplier = array<i64:
+    1764998857>, shift = array<i64: 50>} : (tensor<2x16xsi8>, tensor<10x16xsi8>,
+    tensor<10xsi32>) -> tensor<2x10xsi8>``
+    """
+
+    name = "npu.gemm"
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    transpose_b = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+
+    traits = traits_def(Pure())
+    assembly_format = _GEMM_FORMAT
+
+    def verify_(self) -> None:
+        a, b = shape_of(self.input), shape_of(self.weight)
+        if len(a) < 1 or len(b) < 2:
+            raise VerifyException(f"gemm operands {list(a)} x {list(b)}: too few dims")
+        k_b = b[-1] if self.transpose_b.value.data else b[-2]
+        if a[-1] != k_b:
+            raise VerifyException(f"reduction sizes differ: {a[-1]} vs {k_b}")
+        self.verify_post()
+
+
+# ------------------------------------------------------------------ VAE (vector)
+
+
+ELTWISE_KINDS = ("add", "sub", "mul", "maximum", "minimum")
+
+
+@irdl_op_definition
+class EltwiseOp(PostProcessOp):
+    """Elementwise binary op on codes (VAE), with input rescales and post-process.
+
+    Each operand first goes through ``requantize(x, in_multiplier[i],
+    in_shift[i])`` into si32 (when ``in_multiplier`` is present), then ``kind`` is
+    computed exactly (int64, numpy broadcasting) and saturated to si32, then the
+    post-process.
+
+    ``%y = npu.eltwise %a, %b {kind = "add", in_multiplier = array<i64:
+    1983992576, 1086021120>, in_shift = array<i64: 12, 9>, multiplier = array<i64:
+    1100244736>, shift = array<i64: 51>} : (tensor<2x8x8x8xsi8>,
+    tensor<2x8x8x8xsi8>) -> tensor<2x8x8x8xsi8>``
+    """
+
+    name = "npu.eltwise"
+
+    lhs = operand_def(AnyTensorTypeConstr)
+    rhs = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    kind = prop_def(StringAttr)
+    in_multiplier = opt_prop_def(DenseArrayBase[I64])
+    in_shift = opt_prop_def(DenseArrayBase[I64])
+    axis = opt_prop_def(IntegerAttr[I64])  # channel axis of per-channel params
+
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def channel_axis(self) -> int:
+        return -1 if self.axis is None else self.axis.value.data
+
+    def verify_(self) -> None:
+        if self.kind.data not in ELTWISE_KINDS:
+            raise VerifyException(f"kind must be one of {ELTWISE_KINDS}")
+        if (self.in_multiplier is None) != (self.in_shift is None):
+            raise VerifyException("in_multiplier and in_shift go together")
+        if self.in_multiplier is not None and (
+            len(_values(self.in_multiplier)) != 2 or len(_values(self.in_shift)) != 2
+        ):
+            raise VerifyException("in_multiplier / in_shift need one value per operand")
+        self.verify_post()
+
+
+@irdl_op_definition
+class RescaleOp(PostProcessOp):
+    """Requantization alone (VAE): the post-process applied to the input codes.
+
+    ``%y = npu.rescale %x {multiplier = array<i64: 1073741824>, shift = array<i64:
+    30>, clip = array<i64: 0, 127>} : tensor<2x8x8x8xsi8> -> tensor<2x8x8x8xsi8>``
+    """
+
+    name = "npu.rescale"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    axis = opt_prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    assembly_format = _MAP_FORMAT
+
+    def channel_axis(self) -> int:
+        return -1 if self.axis is None else self.axis.value.data
+
+    def verify_(self) -> None:
+        if self.multiplier is None:
+            raise VerifyException("a rescale needs a multiplier and a shift")
+        if _int_width(self.input) > 32:
+            raise VerifyException("input must be at most 32 bits wide")
+        if shape_of(self.input) != shape_of(self.output):
+            raise VerifyException("result must have the input shape")
+        self.verify_post()
+
+
+@irdl_op_definition
+class CastOp(IRDLOperation):
+    """Integer widening / narrowing with saturation (VAE).
+
+    ``%y = npu.cast %x : tensor<2x6x8xsi8> -> tensor<2x6x8xsi32>``
+    """
+
+    name = "npu.cast"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _MAP_FORMAT
+
+    def verify_(self) -> None:
+        _int_width(self.input), _int_width(self.output)
+        if shape_of(self.input) != shape_of(self.output):
+            raise VerifyException("result must have the input shape")
+
+
+@irdl_op_definition
+class LutOp(IRDLOperation):
+    """Table lookup on codes (VAE): the properties and semantics of ``hbir.lut``
+    (an int8 ``table``, or the segmented table's fields).
+
+    ``%y = npu.lut %x {table = dense<...> : tensor<256xsi8>} : tensor<4xsi8> ->
+    tensor<4xsi8>``
+    """
+
+    name = "npu.lut"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    table = opt_prop_def(DenseIntOrFPElementsAttr)
+    function = opt_prop_def(StringAttr)
+    kind = opt_prop_def(StringAttr)
+    rounding = opt_prop_def(StringAttr)
+    in_scale = opt_prop_def(FloatAttr)
+    out_scale = opt_prop_def(FloatAttr)
+    in_bits = opt_prop_def(IntegerAttr[I64])
+    out_bits = opt_prop_def(IntegerAttr[I64])
+    num_tables = opt_prop_def(IntegerAttr[I64])
+    frac_bits = opt_prop_def(IntegerAttr[I64])
+    phase_mult = opt_prop_def(IntegerAttr[I64])
+    phase_shift = opt_prop_def(IntegerAttr[I64])
+    phase_bits = opt_prop_def(IntegerAttr[I64])
+    octave_step = opt_prop_def(IntegerAttr[I64])
+    starts = opt_prop_def(DenseArrayBase[I64])
+    offsets = opt_prop_def(DenseArrayBase[I64])
+    slopes = opt_prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _MAP_FORMAT
+
+    _INT_FIELDS: ClassVar = HbirLutOp._INT_FIELDS
+    _ARRAY_FIELDS: ClassVar = HbirLutOp._ARRAY_FIELDS
+    SEGMENT_FIELDS: ClassVar = HbirLutOp.SEGMENT_FIELDS
+    lut_table = HbirLutOp.lut_table
+    verify_ = HbirLutOp.verify_
+
+
+REDUCE_KINDS = ("sum", "max", "mean")
+
+
+@irdl_op_definition
+class ReduceOp(PostProcessOp):
+    """Sum / max / mean over ``dims`` (VAE; over H and W of NHWC: a global pool).
+
+    sum: exact int64, saturated to si32; max: exact; mean: the exact sum divided
+    once, half-to-even (``numerics.divide_round``). Then the post-process.
+
+    ``%y = npu.reduce %x {kind = "sum", dims = array<i64: 1, 2>, keepdim = true,
+    multiplier = array<i64: 1148498319>, shift = array<i64: 33>} :
+    tensor<2x4x4x16xsi8> -> tensor<2x1x1x16xsi8>``
+    """
+
+    name = "npu.reduce"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    kind = prop_def(StringAttr)
+    dims = prop_def(DenseArrayBase[I64])
+    keepdim = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    axis = opt_prop_def(IntegerAttr[I64])  # channel axis of per-channel params
+
+    def channel_axis(self) -> int:
+        return -1 if self.axis is None else self.axis.value.data
+
+    traits = traits_def(Pure())
+    assembly_format = _MAP_FORMAT
+
+    def verify_(self) -> None:
+        if self.kind.data not in REDUCE_KINDS:
+            raise VerifyException(f"kind must be one of {REDUCE_KINDS}")
+        rank = len(shape_of(self.input))
+        if any(not -rank <= d < rank for d in _values(self.dims)):
+            raise VerifyException(f"dims {list(_values(self.dims))} out of range")
+        self.verify_post()
+
+
+# ------------------------------------------------------------------ AAE (pool, resize)
+
+
+POOL_KINDS = ("max", "avg")
+
+
+@irdl_op_definition
+class PoolOp(PostProcessOp):
+    """Windowed max / average pooling on NHWC codes (AAE).
+
+    max: exact; avg: the exact window sum divided once by the window count,
+    half-to-even (torch's count rules: ``count_include_pad``, ceil_mode).
+    ``padding`` is ``[top, left]`` or ``[top, left, bottom, right]``.
+
+    ``%y = npu.pool %x {kind = "max", kernel = array<i64: 2, 2>, stride =
+    array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} :
+    tensor<2x16x16x8xsi8> -> tensor<2x8x8x8xsi8>``
+    """
+
+    name = "npu.pool"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    kind = prop_def(StringAttr)
+    kernel = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+
+    traits = traits_def(Pure())
+    assembly_format = _MAP_FORMAT
+
+    def verify_(self) -> None:
+        if self.kind.data not in POOL_KINDS:
+            raise VerifyException(f"kind must be one of {POOL_KINDS}")
+        _check_nhwc(self, self.input, "input")
+        _check_nhwc(self, self.output, "result")
+        if len(_values(self.padding)) not in (2, 4):
+            raise VerifyException("padding must have 2 or 4 values")
+        self.verify_post()
+
+
+@irdl_op_definition
+class ResizeOp(IRDLOperation):
+    """Nearest / bilinear resize of NHWC codes (AAE), as ``hbir.resize2d``.
+
+    ``%y = npu.resize %x {size = array<i64: 8, 8>, mode = "nearest"} :
+    tensor<1x4x4x8xsi8> -> tensor<1x8x8x8xsi8>``
+    """
+
+    name = "npu.resize"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    size = prop_def(DenseArrayBase[I64])
+    mode = prop_def(StringAttr, default_value=StringAttr("nearest"))
+    align_corners = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    scale = opt_prop_def(DenseArrayBase[Float64Type])
+    weight_bits = opt_prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _MAP_FORMAT
+
+    def verify_(self) -> None:
+        n, _, _, c = _check_nhwc(self, self.input, "input")
+        oh, ow = _values(self.size)
+        if shape_of(self.output) != (n, oh, ow, c):
+            raise VerifyException(f"expected result shape {(n, oh, ow, c)}")
+
+
+# ------------------------------------------------------------------ DTE / views
+
+
+@irdl_op_definition
+class TransposeOp(IRDLOperation):
+    """Layout change (DTE): ``y = np.transpose(x, perm)``.
+
+    ``%y = npu.transpose %x {perm = array<i64: 0, 2, 3, 1>} : tensor<2x3x16x16xsi8>
+    -> tensor<2x16x16x3xsi8>``
+    """
+
+    name = "npu.transpose"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    perm = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _MAP_FORMAT
+
+    def verify_(self) -> None:
+        perm, shape = _values(self.perm), shape_of(self.input)
+        if sorted(perm) != list(range(len(shape))):
+            raise VerifyException(f"perm {list(perm)} is not a permutation")
+        if shape_of(self.output) != tuple(shape[p] for p in perm):
+            raise VerifyException("result shape does not match perm")
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """A view with another shape (same elements, row-major).
+
+    ``%y = npu.reshape %x : tensor<2x16x1x1xsi8> -> tensor<2x16xsi8>``
+    """
+
+    name = "npu.reshape"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _MAP_FORMAT
+
+    def verify_(self) -> None:
+        a, b = shape_of(self.input), shape_of(self.output)
+        na = nb = 1
+        for v in a:
+            na *= v
+        for v in b:
+            nb *= v
+        if na != nb:
+            raise VerifyException(f"cannot view {list(a)} as {list(b)}")
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    """Concatenation along ``dim``: the inputs written side by side into one buffer.
+
+    ``%y = npu.concat %a, %b {dim = 3 : i64} : (tensor<2x4x4x8xsi8>,
+    tensor<2x4x4x8xsi8>) -> tensor<2x4x4x16xsi8>``
+    """
+
+    name = "npu.concat"
+
+    inputs = var_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        shapes = [shape_of(v) for v in self.inputs]
+        if not shapes:
+            raise VerifyException("needs at least one input")
+        rank = len(shapes[0])
+        d = self.dim.value.data % rank
+        total = 0
+        for s in shapes:
+            if len(s) != rank or any(
+                s[i] != shapes[0][i] for i in range(rank) if i != d
+            ):
+                raise VerifyException(f"inputs {shapes} differ outside dim {d}")
+            total += s[d]
+        want = list(shapes[0])
+        want[d] = total
+        if shape_of(self.output) != tuple(want):
+            raise VerifyException(f"expected result shape {tuple(want)}")
+
+
+@irdl_op_definition
+class SliceOp(IRDLOperation):
+    """A strided window ``x[begin:end:step]`` (a view when ``step`` is 1).
+
+    ``%y = npu.slice %x {begin = array<i64: 0, 0>, end = array<i64: 2, 8>, step =
+    array<i64: 1, 1>} : tensor<2x16xsi8> -> tensor<2x8xsi8>``
+    """
+
+    name = "npu.slice"
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    begin = prop_def(DenseArrayBase[I64])
+    end = prop_def(DenseArrayBase[I64])
+    step = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _MAP_FORMAT
+
+    def verify_(self) -> None:
+        shape = shape_of(self.input)
+        b, e, s = _values(self.begin), _values(self.end), _values(self.step)
+        if not len(b) == len(e) == len(s) == len(shape):
+            raise VerifyException("begin / end / step need one value per dim")
+        want = tuple(
+            len(range(*slice(bi, ei, si).indices(n)))
+            for bi, ei, si, n in zip(b, e, s, shape, strict=True)
+        )
+        if shape_of(self.output) != want:
+            raise VerifyException(f"expected result shape {want}")
+
+
+class _MoveOp(IRDLOperation):
+    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
+    input = operand_def(T)
+    output = result_def(T)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($output)"
+
+    def __init__(self, input: Value):
+        super().__init__(operands=[input], result_types=[SSAValue.get(input).type])
+
+
+@irdl_op_definition
+class DmaLoadOp(_MoveOp):
+    """Copy a tile from DDR into SRAM (the DMA queue).
+
+    ``%s = npu.dma_load %d : tensor<2x16x16x8xsi8>``
+    """
+
+    name = "npu.dma_load"
+
+
+@irdl_op_definition
+class DmaStoreOp(_MoveOp):
+    """Copy a result from SRAM back to DDR (the DMA queue).
+
+    ``%d = npu.dma_store %s : tensor<2x16x16x8xsi8>``
+    """
+
+    name = "npu.dma_store"
+
+
+# ------------------------------------------------------------------ CPU islands
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """The terminator of an ``npu.cpu_call`` region.
+
+    ``npu.yield %a, %b : tensor<2x4xf32>, tensor<2x4xsi8>``
+    """
+
+    name = "npu.yield"
+
+    values = var_operand_def()
+    traits = traits_def(IsTerminator())
+    assembly_format = "($values^ `:` type($values))? attr-dict"
+
+    def __init__(self, *values: Value):
+        super().__init__(operands=[list(values)])
+
+
+@irdl_op_definition
+class CpuCallOp(IRDLOperation):
+    """Ops that run on the CPU: a nested region of hbir / qnt ops (a float island,
+    or the quantize / dequantize at the model's edges). The region's arguments
+    are the call's operands; ``npu.yield`` gives its results.
+
+    ``%y = npu.cpu_call(%x) ({ ^bb0(%a: tensor<2x10xsi8>): %f = qnt.dequantize %a
+    {...} : tensor<2x10xsi8> -> tensor<2x10xf32>  npu.yield %f :
+    tensor<2x10xf32> }) {reason = "dequantize"} : (tensor<2x10xsi8>) ->
+    tensor<2x10xf32>`` (printed in generic form)
+    """
+
+    name = "npu.cpu_call"
+
+    args = var_operand_def()
+    res = var_result_def()
+    body = region_def("single_block")
+    reason = opt_prop_def(StringAttr)
+
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def __init__(
+        self,
+        args: Sequence[Value],
+        result_types: Sequence[Attribute],
+        body: Region,
+        reason: str | None = None,
+    ):
+        super().__init__(
+            operands=[list(args)],
+            result_types=[list(result_types)],
+            regions=[body],
+            properties={} if reason is None else {"reason": StringAttr(reason)},
+        )
+
+    def verify_(self) -> None:
+        block = self.body.block
+        if [a.type for a in block.args] != [v.type for v in self.args]:
+            raise VerifyException("region arguments must match the call's operands")
+        last = block.last_op
+        if not isinstance(last, YieldOp):
+            raise VerifyException("the region must end in npu.yield")
+        if [v.type for v in last.values] != [r.type for r in self.res]:
+            raise VerifyException("npu.yield must give the call's result types")
+        for op in block.ops:
+            if op.dialect_name() == "npu" and not isinstance(op, YieldOp):
+                raise VerifyException(f"'{op.name}' cannot run inside a CPU island")
+
+
+# ------------------------------------------------------------------ sizes, SRAM
+
+
+def element_bytes(t: TensorType) -> int:
+    e = t.element_type
+    if isinstance(e, IntegerType):
+        return max(1, e.width.data // 8)
+    return max(1, getattr(e, "bitwidth", 32) // 8)
+
+
+def aligned_bytes(t: Attribute, channel_align: int = 1) -> int:
+    """Bytes of a tensor in a buffer: 4-d tensors (NHWC) with the channel count
+    rounded up to ``channel_align``."""
+    if not isinstance(t, TensorType):
+        return 0
+    shape = list(t.get_shape())
+    if len(shape) == 4 and channel_align > 1:
+        shape[3] = -(-shape[3] // channel_align) * channel_align
+    n = 1
+    for v in shape:
+        n *= v
+    return n * element_bytes(t)
+
+
+# Ops that compute in SRAM (their operands and results form a working set).
+def is_compute(op) -> bool:
+    return isinstance(
+        op,
+        ConvOp
+        | ConvTransposeOp
+        | GemmOp
+        | EltwiseOp
+        | RescaleOp
+        | CastOp
+        | LutOp
+        | ReduceOp
+        | PoolOp
+        | ResizeOp
+        | TransposeOp,
+    )
+
+
+def working_set(op, channel_align: int = 1) -> int:
+    """SRAM bytes an op needs at once: every operand and every result."""
+    values = list(op.operands) + list(op.results)
+    return sum(aligned_bytes(v.type, channel_align) for v in values)
+
+
+class SramError(VerifyException):
+    """A tile whose working set exceeds the march's SRAM."""
+
+
+def verify_sram(module: ModuleOp) -> None:
+    """Once ``npu-tile`` has run (the module has ``npu.sram_limit``), every compute
+    op's working set must fit in SRAM."""
+    limit = module.attributes.get(ATTR_SRAM_LIMIT)
+    if not isinstance(limit, IntegerAttr):
+        return
+    align = module.attributes.get(ATTR_CHANNEL_ALIGN)
+    align = align.value.data if isinstance(align, IntegerAttr) else 1
+    for op in module.walk():
+        if is_compute(op):
+            need = working_set(op, align)
+            if need > limit.value.data:
+                raise SramError(
+                    f"'{op.name}' needs {need} bytes of SRAM at once, the march "
+                    f"has {limit.value.data}"
+                )
+
+
+NPU = Dialect(
+    "npu",
+    [
+        ConstantOp,
+        ConvOp,
+        ConvTransposeOp,
+        GemmOp,
+        EltwiseOp,
+        RescaleOp,
+        CastOp,
+        LutOp,
+        ReduceOp,
+        PoolOp,
+        ResizeOp,
+        TransposeOp,
+        ReshapeOp,
+        ConcatOp,
+        SliceOp,
+        DmaLoadOp,
+        DmaStoreOp,
+        CpuCallOp,
+        YieldOp,
+    ],
+    [],
+)

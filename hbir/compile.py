@@ -1,0 +1,122 @@
+"""``hbir.compile``: quantized.bc -> the NPU program.
+
+The ``compile`` phase of ``passes/pipelines.py`` (``npu-lower``, ``npu-layout``,
+``npu-fuse``, ``npu-tile``, ``npu-schedule``, ``npu-plan-memory``) on a clone of
+the model, the march passed to every pass, the module verified (IR and SRAM)
+after each pass — the same as ``hbir-opt quantized.bc --compile-to=compile
+--march=<march>``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from hbir import diagnostics
+from hbir.dialects import make_context
+from hbir.module import Module, require_module
+
+__all__ = ["compile", "compile_passes", "run_passes"]
+
+
+def compile_passes(march: str, opt: int = 2, stop: str | None = None):
+    """The compile phase's pass instances for ``march`` (through ``stop``)."""
+    from xdsl.utils.arg_spec import parse_pipeline
+
+    from hbir.passes import get_all_passes
+    from hbir.passes.pipelines import pipeline_up_to
+
+    specs = dict(pipeline_up_to(stop or "compile", march))["compile"]
+    if opt < 1:  # opt 0: no fusion (each requantization its own op)
+        specs = [s for s in specs if not s.startswith("npu-fuse")]
+    available = get_all_passes()
+    passes = []
+    for spec in parse_pipeline(",".join(specs)):
+        cls = available[spec.name]()
+        passes.append(cls.from_pass_spec(spec))
+    return passes
+
+
+def compile(  # noqa: A001 - the reference toolchain's name
+    m: Module,
+    path: str | os.PathLike | None = None,
+    march: str = "nash-e",
+    opt: int = 2,
+    jobs: int = 4,
+    debug: bool = False,
+    progress_bar: bool = False,
+    time_passes: bool = False,
+) -> Module:
+    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m").
+
+    **What it returns today:** the compiled program as an ``hbir.Module`` in the
+    ``npu`` dialect (layout, fusion, tiles, DMA schedule and memory plan all in
+    the IR; ``m2["forward"].feed(...)`` runs it in the interpreter, bit for bit
+    what ``quantized.bc`` computes). The bytecode emitter and the ``.hbm`` file
+    are the next issue: ``path`` is checked (it must end in ``.hbm``) but **no
+    file is written**.
+
+    ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
+    ``jobs`` and ``debug`` are accepted for the reference signature and unused.
+    ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
+    each pass's time to it. A model with fake quantization (qat.bc) is refused:
+    convert it first.
+    """
+    from hbir.passes.march import UnknownMarchError, get_march
+
+    require_module(m, "hbir.compile", "compile")
+    if path is not None and not os.fspath(path).endswith(".hbm"):
+        raise diagnostics.HbirError(
+            f"hbir.compile: {os.fspath(path)}: the compiled model file ends in .hbm"
+        )
+    try:
+        march = get_march(march).name
+    except UnknownMarchError as e:
+        raise diagnostics.HbirError(str(e)) from None
+    converted_for = m.march
+    if converted_for is not None and converted_for != march:
+        raise diagnostics.HbirError(
+            f"hbir.compile: the model was converted for {converted_for}, not "
+            f"{march}: convert the qat.bc for {march} (hbir.convert(qat_bc, "
+            f"'{march}')) or compile for {converted_for}"
+        )
+    compiled = m.clone()
+    passes = compile_passes(march, opt)
+
+    def report(i: int, name: str, ran: float, checked: float) -> None:
+        if progress_bar or time_passes:
+            took = f" ({ran:.3f} s + verify {checked:.3f} s)" if time_passes else ""
+            print(f"compile [{i + 1}/{len(passes)}] {name}{took}", file=sys.stderr)
+
+    run_passes(compiled, passes, report)
+    return compiled
+
+
+def run_passes(module: Module, passes, on_pass=None) -> None:
+    """Apply ``passes`` in order, verifying after each: xDSL's verifier (every op's
+    own rules) and the SRAM verifier; the first failure is re-raised as a located
+    error. The model API's stricter checks (``diagnostics.verify``) run once at
+    the end. ``on_pass(index, name, pass seconds, verify seconds)``."""
+    from xdsl.utils.exceptions import DiagnosticException, VerifyException
+
+    from hbir.dialects.npu import verify_sram
+
+    ctx, op = make_context(), module.module.op
+    for i, p in enumerate(passes):
+        started = time.perf_counter()
+        p.apply(ctx, op)
+        ran = time.perf_counter() - started
+        started = time.perf_counter()
+        try:
+            op.verify()
+        except (VerifyException, DiagnosticException):
+            diagnostics.verify(op, filename=f"after pass '{p.name}'")
+            raise
+        try:
+            verify_sram(op)
+        except VerifyException as e:
+            raise diagnostics.HbirError(f"after pass '{p.name}': error: {e}") from None
+        if on_pass is not None:
+            on_pass(i, p.name, ran, time.perf_counter() - started)
+    diagnostics.verify(op, filename="after compile")

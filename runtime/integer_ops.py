@@ -1,0 +1,326 @@
+"""Integer conv / gemm / pool / resize: the specified semantics (pure numpy).
+
+One source of integer truth for the ops of ``quantized.bc`` that accumulate: the
+interpreter's integer kernels (hbir, NCHW) and the npu kernels (NHWC, fused) call
+these functions, and so will the NPU simulator.
+
+Accumulation
+    A conv / conv_transpose / linear / matmul sums ``x * w`` code products
+    **exactly** (int64; no intermediate rounding). ``bias`` (si32 codes, one per
+    output channel) is added to the exact sum, then the result saturates to the
+    accumulator width ``acc_bits`` (32 on every march, ``passes/march.py``). An
+    ``engine`` computes the exact sums: the default is numpy int64 (exact up to
+    2**63); the interpreter passes torch float64 kernels, exact while every partial
+    sum is below 2**53 (``check_f64_exact``), and several times faster.
+    ``acc_bound`` is the largest sum the operand widths allow; convert keeps it
+    below ``2**(acc_bits - 1)`` or the accumulator saturates
+    (``passes/march.py``, ``accumulator_fits``).
+
+Pools
+    max pool: exact (the element type is kept; padding is -inf, as torch). avg
+    pool: the exact int64 window sum (padding counts as zeros), divided once by the
+    window count with ``numerics.divide_round`` (half-to-even), counted as torch
+    counts (``count_include_pad``, ``ceil_mode`` overhang excluded), saturated to
+    the result width. Global average: the exact sum over H x W divided once.
+
+Resize
+    nearest: a gather of codes at torch's source indices (exact). Integer bilinear
+    without NPU weights: the float64 interpolation of the codes rounded once,
+    half-to-even (``np.rint``); with NPU weights ``numerics.resize_bilinear``.
+
+Padding here is ``(top, left, bottom, right)``; layouts are NCHW (the npu kernels
+transpose NHWC views in and out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from hbir.runtime import numerics
+
+ACC_BITS = 32
+
+# engine(x, w, stride, pads, dilation, groups) -> exact sums (any numeric dtype)
+ConvEngine = Callable[..., np.ndarray]
+
+
+def saturate(y: np.ndarray, bits: int) -> np.ndarray:
+    """Clamp an int64 array to the signed ``bits``-wide range."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return np.clip(np.asarray(y, np.int64), lo, hi)
+
+
+def acc_bound(terms: int, x_bits: int, w_bits: int) -> int:
+    """The largest |sum| of ``terms`` products of ``x_bits`` x ``w_bits`` codes."""
+    return terms * (1 << (x_bits - 1)) * (1 << (w_bits - 1))
+
+
+def check_f64_exact(x: np.ndarray, w: np.ndarray, terms: int) -> None:
+    """float64 accumulation is exact while terms * max|x| * max|w| <= 2**53."""
+    bound = terms
+    for a in (x, w):
+        info = np.iinfo(a.dtype)
+        bound *= max(-int(info.min), int(info.max))
+    if bound > 2**53:
+        raise ValueError(
+            f"{terms}-term {x.dtype} x {w.dtype} accumulation may exceed 2**53"
+        )
+
+
+def _along(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    shape = [1] * ndim
+    shape[axis] = v.size
+    return np.asarray(v, np.int64).reshape(shape)
+
+
+def finish(acc, bias, axis: int, bits: int = ACC_BITS) -> np.ndarray:
+    """Exact sums (+ bias codes along ``axis``), saturated to ``bits``."""
+    y = np.rint(acc).astype(np.int64) if np.asarray(acc).dtype.kind == "f" else acc
+    y = np.asarray(y, np.int64)
+    if bias is not None:
+        y = y + _along(bias, y.ndim, axis)
+    return saturate(y, bits)
+
+
+# ------------------------------------------------------------------ conv
+
+
+def pads4(padding: Sequence[int]) -> tuple[int, int, int, int]:
+    p = tuple(int(v) for v in padding)
+    return (p[0], p[1], p[0], p[1]) if len(p) == 2 else p  # type: ignore[return-value]
+
+
+def numpy_conv2d(x, w, stride, pads, dilation, groups) -> np.ndarray:
+    """Exact int64 conv (NCHW x OIHW) by windows and einsum: the reference engine."""
+    t, lf, b, r = pads
+    x = np.pad(np.asarray(x, np.int64), ((0, 0), (0, 0), (t, b), (lf, r)))
+    w = np.asarray(w, np.int64)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    oh = (h - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, o, oh, ow), np.int64)
+    og = o // groups
+    for g in range(groups):
+        xg = x[:, g * cg : (g + 1) * cg]
+        wg = w[g * og : (g + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xg[
+                    :,
+                    :,
+                    i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+                ]
+                out[:, g * og : (g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", patch, wg[:, :, i, j]
+                )
+    return out
+
+
+def conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+    *,
+    bits: int = ACC_BITS,
+    engine: ConvEngine | None = None,
+) -> np.ndarray:
+    """Integer conv (NCHW codes, OIHW weight codes): exact sums + bias, saturated."""
+    engine = engine or numpy_conv2d
+    acc = engine(x, w, tuple(stride), pads4(padding), tuple(dilation), groups)
+    return finish(acc, bias, 1, bits)
+
+
+def numpy_conv_transpose2d(x, w, stride, padding, output_padding, groups, dilation):
+    """Exact int64 transposed conv (NCHW x [C_in, C_out/g, KH, KW]): scatter-add."""
+    x, w = np.asarray(x, np.int64), np.asarray(w, np.int64)
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    (sh, sw), (ph, pw) = stride, padding
+    (oph, opw), (dh, dw) = output_padding, dilation
+    full_h = (h - 1) * sh + dh * (kh - 1) + 1 + oph
+    full_w = (wd - 1) * sw + dw * (kw - 1) + 1 + opw
+    out = np.zeros((n, og * groups, full_h, full_w), np.int64)
+    cg = c // groups
+    for g in range(groups):
+        xg = x[:, g * cg : (g + 1) * cg]
+        wg = w[g * cg : (g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                contrib = np.einsum("nchw,co->nohw", xg, wg[:, :, i, j])
+                out[
+                    :,
+                    g * og : (g + 1) * og,
+                    i * dh : i * dh + sh * (h - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (wd - 1) + 1 : sw,
+                ] += contrib
+    oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    return out[:, :, ph : ph + oh, pw : pw + ow]
+
+
+def conv_transpose2d(
+    x,
+    w,
+    bias,
+    stride,
+    padding,
+    output_padding,
+    groups,
+    dilation,
+    *,
+    bits: int = ACC_BITS,
+    engine=None,
+) -> np.ndarray:
+    """Integer transposed conv: exact sums + bias, saturated to ``bits``."""
+    engine = engine or numpy_conv_transpose2d
+    acc = engine(
+        x,
+        w,
+        tuple(stride),
+        tuple(padding),
+        tuple(output_padding),
+        groups,
+        tuple(dilation),
+    )
+    return finish(acc, bias, 1, bits)
+
+
+# ------------------------------------------------------------------ gemm
+
+
+def numpy_matmul(a, b) -> np.ndarray:
+    return np.matmul(np.asarray(a, np.int64), np.asarray(b, np.int64))
+
+
+def linear(x, w, bias, *, bits: int = ACC_BITS, engine=None) -> np.ndarray:
+    """``x @ w.T`` (+ bias along the last axis), exact, saturated to ``bits``."""
+    if engine is None:
+        acc = numpy_matmul(x, np.swapaxes(w, -1, -2))
+    else:
+        acc = engine(x, w)
+    return finish(acc, bias, -1, bits)
+
+
+def matmul(a, b, *, bits: int = ACC_BITS, engine=None) -> np.ndarray:
+    """Batched ``a @ b``, exact, saturated to ``bits``."""
+    acc = (engine or numpy_matmul)(a, b)
+    return finish(acc, None, -1, bits)
+
+
+# ------------------------------------------------------------------ pools
+
+
+def _windows(x, kernel, stride, pads, dilation, ceil_mode, fill):
+    """(N, C, OH, OW, KH, KW) windows of x padded with ``fill``, torch's sizes."""
+    t, lf, b, r = pads
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+
+    def out_size(size, k, s, p0, p1, d):
+        eff = d * (k - 1) + 1
+        num = size + p0 + p1 - eff
+        o = (-(-num // s) if ceil_mode else num // s) + 1
+        if ceil_mode and (o - 1) * s >= size + p0:  # torch: last window starts inside
+            o -= 1
+        return o
+
+    oh = out_size(h, kh, sh, t, b, dh)
+    ow = out_size(w, kw, sw, lf, r, dw)
+    need_h = (oh - 1) * sh + dh * (kh - 1) + 1
+    need_w = (ow - 1) * sw + dw * (kw - 1) + 1
+    extra_h = max(0, need_h - (h + t + b))
+    extra_w = max(0, need_w - (w + lf + r))
+    xp = np.pad(
+        x, ((0, 0), (0, 0), (t, b + extra_h), (lf, r + extra_w)), constant_values=fill
+    )
+    v = np.lib.stride_tricks.sliding_window_view(
+        xp, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3)
+    )
+    v = v[:, :, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw, ::dh, ::dw]
+    return v, oh, ow
+
+
+def max_pool2d(x, kernel, stride, padding, dilation, ceil_mode) -> np.ndarray:
+    """Exact max over each window (padding never wins); the element type kept."""
+    x = np.asarray(x)
+    fill = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
+    v, _, _ = _windows(x, kernel, stride, pads4(padding), dilation, ceil_mode, fill)
+    return v.max(axis=(-2, -1)).astype(x.dtype)
+
+
+def pool_extents(size, out, kernel, stride, pad_lo, pad_hi, include_pad):
+    """Per-output window extent along one axis, as torch's avg_pool2d counts it.
+
+    With ``count_include_pad`` the window may cover the padding but not the
+    ceil_mode overhang past it; without, only real input elements count.
+    """
+    start = np.arange(out) * stride - pad_lo
+    end = np.minimum(start + kernel, size + pad_hi)
+    if not include_pad:
+        start, end = np.maximum(start, 0), np.minimum(end, size)
+    return end - start
+
+
+def avg_pool2d(
+    x,
+    kernel,
+    stride,
+    padding,
+    ceil_mode,
+    count_include_pad,
+    *,
+    bits: int,
+    counts_padding: Sequence[int] | None = None,
+    rounding: str = numerics.HALF_EVEN,
+) -> np.ndarray:
+    """Exact window sums divided once (half-to-even) by torch's window counts,
+    saturated to ``bits``. ``counts_padding`` (default ``padding``) is the padding
+    the counts follow: a tile's own padding sums like the whole op's."""
+    pads = pads4(padding)
+    v, oh, ow = _windows(
+        np.asarray(x, np.int64), kernel, stride, pads, (1, 1), ceil_mode, 0
+    )
+    sums = v.sum(axis=(-2, -1))
+    cp = pads4(counts_padding if counts_padding is not None else padding)
+    h, w = x.shape[2], x.shape[3]
+    rows = pool_extents(h, oh, kernel[0], stride[0], cp[0], cp[2], count_include_pad)
+    cols = pool_extents(w, ow, kernel[1], stride[1], cp[1], cp[3], count_include_pad)
+    counts = np.outer(rows, cols)
+    return saturate(numerics.divide_round(sums, counts, rounding), bits)
+
+
+def global_avg_pool2d(x, *, bits: int, rounding: str = numerics.HALF_EVEN):
+    """The exact sum over H x W divided once (half-to-even), saturated."""
+    total = np.sum(x, axis=(2, 3), dtype=np.int64, keepdims=True)
+    count = x.shape[2] * x.shape[3]
+    return saturate(numerics.divide_round(total, count, rounding), bits)
+
+
+# ------------------------------------------------------------------ resize
+
+
+def resize_rint(interpolated: np.ndarray, bits: int) -> np.ndarray:
+    """Integer nearest / bilinear without NPU weights: the float64 interpolation of
+    the codes (``F.interpolate`` semantics, the caller's engine) rounded once
+    half-to-even, saturated."""
+    return saturate(np.rint(interpolated).astype(np.int64), bits)
+
+
+def resize_bilinear_npu(x, size, corners: bool, scale, bits: int) -> np.ndarray:
+    """Bilinear with the NPU's integer weights (``numerics.resize_bilinear``)."""
+    scale = [None, None] if scale is None else list(scale)
+    (h, w), (oh, ow) = x.shape[2:], size
+    taps = (
+        numerics.bilinear_taps(h, oh, corners, scale[0]),
+        numerics.bilinear_taps(w, ow, corners, scale[1]),
+    )
+    return saturate(numerics.resize_bilinear(np.asarray(x, np.int64), *taps), bits)

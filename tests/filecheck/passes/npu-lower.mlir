@@ -1,0 +1,47 @@
+// RUN: hbir-opt %s --split-input-file --verify-diagnostics -p npu-lower | filecheck %s
+
+// Positive: an integer conv becomes an NHWC npu.conv between two transposes (its
+// weight too); the requantization becomes npu.rescale; the input quantize (float)
+// is a CPU island.
+// CHECK-LABEL: func.func @conv
+// CHECK-NEXT:    %[[W:.*]] = npu.constant dense<1> : tensor<2x3x1x1xsi8>
+// CHECK-NEXT:    %[[X:.*]] = "npu.cpu_call"(%x) <{reason = "quantize"}>
+// CHECK:           qnt.quantize
+// CHECK:         %[[XT:.*]] = npu.transpose %[[X]] {perm = array<i64: 0, 2, 3, 1>} : tensor<1x3x4x4xsi8> -> tensor<1x4x4x3xsi8>
+// CHECK-NEXT:    %[[WT:.*]] = npu.transpose %[[W]] {perm = array<i64: 0, 2, 3, 1>} : tensor<2x3x1x1xsi8> -> tensor<2x1x1x3xsi8>
+// CHECK-NEXT:    %[[C:.*]] = npu.conv %[[XT]], %[[WT]] {{.*}} : (tensor<1x4x4x3xsi8>, tensor<2x1x1x3xsi8>) -> tensor<1x4x4x2xsi32>
+// CHECK-NEXT:    %[[B:.*]] = npu.transpose %[[C]] {perm = array<i64: 0, 3, 1, 2>} : tensor<1x4x4x2xsi32> -> tensor<1x2x4x4xsi32>
+// CHECK-NEXT:    %q = npu.rescale %[[B]] {multiplier = array<i64: 1073741824>, shift = array<i64: 31>} : tensor<1x2x4x4xsi32> -> tensor<1x2x4x4xsi8>
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @conv(%x: tensor<1x3x4x4xf32>) -> tensor<1x2x4x4xsi8> {
+    %xq = qnt.quantize %x {scales = array<f32: 0.05>, zeros = array<i64: 0>} : tensor<1x3x4x4xf32> -> tensor<1x3x4x4xsi8>
+    %w = hbir.constant dense<1> : tensor<2x3x1x1xsi8>
+    %c = hbir.conv2d %xq, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : (tensor<1x3x4x4xsi8>, tensor<2x3x1x1xsi8>) -> tensor<1x2x4x4xsi32>
+    %q = qnt.requantize %c {multiplier = array<i64: 1073741824>, shift = array<i64: 31>} : tensor<1x2x4x4xsi32> -> tensor<1x2x4x4xsi8>
+    func.return %q : tensor<1x2x4x4xsi8>
+  }
+}
+
+// -----
+
+// Does not apply: a program already in the npu dialect is left as it is.
+// CHECK-LABEL: func.func @done
+// CHECK-NEXT:    %r = npu.rescale %x {multiplier = array<i64: 1073741824>, shift = array<i64: 30>} : tensor<4xsi8> -> tensor<4xsi8>
+// CHECK-NEXT:    func.return %r
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @done(%x: tensor<4xsi8>) -> tensor<4xsi8> {
+    %r = npu.rescale %x {multiplier = array<i64: 1073741824>, shift = array<i64: 30>} : tensor<4xsi8> -> tensor<4xsi8>
+    func.return %r : tensor<4xsi8>
+  }
+}
+
+// -----
+
+// Invalid: qat.bc (fake quantization) reaches compile: convert it first.
+// CHECK: compile takes a converted model (quantized.bc); this one still has fake quantization (qat.bc)
+builtin.module {
+  func.func @qat(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %q = qnt.const_fake_quant %x {min = array<f64: -1.0>, max = array<f64: 0.9921875>, bits = 8 : i64} : tensor<4xf32>
+    func.return %q : tensor<4xf32>
+  }
+}

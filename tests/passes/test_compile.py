@@ -1,0 +1,400 @@
+"""compile: quantized.bc -> the npu dialect, checked numerically after every pass.
+
+For the zoo, the digits model, a model with a CPU island and an NV12 model
+(nv12_quantized.bc), the program after each compile pass, executed by the
+interpreter, is bit-identical to quantized.bc (one test per model and pass, so a
+wrong pass is named). Then tiling against
+SRAM, memory planning, the march, hbir-opt and hbir.compile.
+"""
+
+import importlib.util
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import zoo
+from torch import nn
+from zoo_stages import calibrated, validated
+
+import hbir
+from hbir import diagnostics
+from hbir.compile import compile_passes
+from hbir.dialects import make_context, npu
+from hbir.passes.npu_lower import CompileError
+from hbir.passes.npu_tile import NpuTilePass
+from hbir.quantization import (
+    DeQuantStub,
+    QconfigSetter,
+    QuantStub,
+    export,
+    get_qconfig,
+    qint16,
+)
+
+PASSES = [p.name for p in compile_passes("nash-e")]
+BATCHES = 3
+
+
+class IslandNet(nn.Module):
+    """conv (int8) -> an int16 x int16 linear (the CPU: a float island) -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1 = nn.Linear(8 * 4 * 4, 16)
+        self.fc2 = nn.Linear(16, 4)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        x = F.relu(self.conv(self.quant(x)))
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.dequant(self.fc2(x))
+
+
+ISLAND_QCONFIG = QconfigSetter(
+    module_name={
+        "fc1": get_qconfig(in_dtype=qint16, weight_dtype=qint16, out_dtype=qint16),
+        "conv": get_qconfig(out_dtype=qint16),
+    }
+)
+
+
+def _digits_net():
+    path = os.path.join(
+        os.path.dirname(__file__), "..", "quantization", "test_digits.py"
+    )
+    spec = importlib.util.spec_from_file_location("_digits_for_compile", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _quantized(name, tmp_path):
+    """(quantized.bc, input batches) for a zoo model, digits or the island model."""
+    if name in zoo.NAMES:
+        qat, example = calibrated(name, tmp_path)
+        batches = zoo.batches(name, BATCHES, batch=len(example[0]), seed=100)
+    elif name == "digits":
+        digits = _digits_net()
+        (x, _), (xt, _) = digits._data()
+        torch.manual_seed(0)
+        qat = validated(digits.DigitsNet(), list(x[:256].split(64)), tmp_path)
+        example = (x[:4],)
+        batches = [(xt[i * 4 : (i + 1) * 4],) for i in range(BATCHES)]
+    elif name == "nv12":
+        return _nv12(tmp_path)
+    else:
+        torch.manual_seed(0)
+        inputs = [torch.randn(2, 3, 4, 4) for _ in range(4)]
+        qat = validated(IslandNet(), inputs, tmp_path, ISLAND_QCONFIG)
+        example = (inputs[0],)
+        batches = [(torch.randn(2, 3, 4, 4),) for _ in range(BATCHES)]
+    quantized = hbir.convert(export(qat, example), "nash-e")
+    return quantized, [tuple(t.numpy() for t in b) for b in batches]
+
+
+def _nv12(tmp_path):
+    """nv12_quantized.bc: a small conv model behind the canonical NV12 insertion
+    (transpose, BT.601 full-range to RGB with mean / std 128, NV12 planes)."""
+    yuv = pytest.importorskip("hbir.runtime.yuv")
+    torch.manual_seed(3)
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 64, 5)
+    )
+    inputs = [torch.rand(2, 3, 8, 8) * 4 - 2 for _ in range(4)]
+    model = export(validated(net, inputs, tmp_path), (inputs[0],))
+    node = model.functions[0].inputs[0].insert_transpose(permutes=[0, 3, 1, 2])
+    node = node.insert_image_preprocess("yuvbt601full2rgb", 1, [128.0] * 3, [128.0] * 3)
+    node.insert_image_convert("nv12")
+    rng = np.random.default_rng(3)
+    batches = [
+        yuv.rgb_to_nv12(rng.integers(0, 256, (2, 8, 8, 3)).astype(np.uint8))
+        for _ in range(BATCHES)
+    ]
+    return hbir.convert(model, "nash-e"), [tuple(b) for b in batches]
+
+
+def _outputs(f, inputs):
+    out = f(*inputs)
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+MODELS = [*zoo.NAMES, "digits", "island", "nv12"]
+_CACHE: dict = {}
+
+
+def _stages(name, tmp_path_factory):
+    """quantized.bc, its inputs, and the program after each compile pass."""
+    if name not in _CACHE:
+        quantized, batches = _quantized(name, tmp_path_factory.mktemp(name))
+        stages, current, ctx = {}, quantized.clone(), make_context()
+        for p in compile_passes("nash-e"):
+            p.apply(ctx, current.module.op)
+            diagnostics.verify(current.module.op, filename=p.name)
+            npu.verify_sram(current.module.op)
+            stages[p.name] = current.clone()
+        _CACHE[name] = (quantized, batches, stages)
+    return _CACHE[name]
+
+
+@pytest.mark.parametrize("pass_name", PASSES)
+@pytest.mark.parametrize("name", MODELS)
+def test_every_compile_pass_is_bit_identical(name, pass_name, tmp_path_factory):
+    quantized, batches, stages = _stages(name, tmp_path_factory)
+    program = stages[pass_name]
+    for inputs in batches:
+        want = _outputs(quantized["forward"], inputs)
+        got = _outputs(program["forward"], inputs)
+        for w, g in zip(want, got, strict=True):
+            assert w.dtype == g.dtype and w.shape == g.shape
+            assert np.array_equal(w, g), f"{name}: {pass_name} changed the numbers"
+
+
+def _names(module):
+    return [op.name for op in module.module.op.walk()]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_compiled_program_is_npu_ops_and_cpu_islands(name, tmp_path_factory):
+    _, _, stages = _stages(name, tmp_path_factory)
+    top = [
+        op.name
+        for op in stages["npu-plan-memory"]["forward"].op.body.block.ops
+        if op.name != "func.return"
+    ]
+    assert all(n.startswith("npu.") for n in top), top
+    # Fusion happened: no requantization is left as a separate op after a conv.
+    fused = stages["npu-fuse"]
+    convs = [op for op in fused.module.op.walk() if isinstance(op, npu.ConvOp)]
+    assert all(op.multiplier is not None for op in convs)
+
+
+def test_the_island_model_keeps_its_float_linear_on_the_cpu(tmp_path_factory):
+    _, _, stages = _stages("island", tmp_path_factory)
+    calls = [
+        op
+        for op in stages["npu-lower"].module.op.walk()
+        if isinstance(op, npu.CpuCallOp)
+    ]
+    inner = {o.name for c in calls for o in c.body.block.ops}
+    assert "hbir.linear" in inner and "qnt.quantize" in inner
+
+
+def test_layout_cancels_the_transposes_between_spatial_ops(tmp_path_factory):
+    _, _, stages = _stages("resnet", tmp_path_factory)
+    lowered = _names(stages["npu-lower"]).count("npu.transpose")
+    laid_out = _names(stages["npu-layout"]).count("npu.transpose")
+    assert lowered >= 20 and laid_out <= 1  # only the input's NCHW -> NHWC stays
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_memory_plan_reuses_ddr_buffers(name, tmp_path_factory):
+    _, _, stages = _stages(name, tmp_path_factory)
+    attrs = stages["npu-plan-memory"].module.op.attributes
+    peak = attrs["npu.ddr_peak_bytes"].value.data
+    total = attrs["npu.ddr_total_bytes"].value.data
+    sram = attrs["npu.sram_peak_bytes"].value.data
+    assert 0 < peak < total
+    assert sram <= attrs[npu.ATTR_SRAM_LIMIT].value.data
+
+
+# ---------------------------------------------------------------- tiling / SRAM
+
+
+class WideConv(nn.Module):
+    """One 3x3 conv on 192 x 192: input + output do not fit 1 MiB of SRAM."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.pool(F.relu(self.conv(self.quant(x)))))
+
+
+def test_layers_that_do_not_fit_sram_are_tiled_bit_identically(tmp_path):
+    torch.manual_seed(0)
+    inputs = [torch.randn(1, 3, 192, 192) for _ in range(2)]
+    qat = validated(WideConv(), inputs, tmp_path)
+    quantized = hbir.convert(export(qat, (inputs[0],)), "nash-e")
+    limit = 1 << 20
+    ctx = make_context()
+    untiled = quantized.clone()
+    for p in compile_passes("nash-e", stop="npu-fuse"):
+        p.apply(ctx, untiled.module.op)
+    conv = next(op for op in untiled.module.op.walk() if isinstance(op, npu.ConvOp))
+    assert npu.working_set(conv, 16) > limit  # the layer does not fit untiled
+    untiled.module.op.attributes[npu.ATTR_SRAM_LIMIT] = hbir.dialects.hbir.i64_attr(
+        limit
+    )
+    with pytest.raises(npu.SramError, match="needs .* bytes of SRAM"):
+        npu.verify_sram(untiled.module.op)
+
+    compiled = hbir.compile(quantized, "model.hbm", march="nash-e")
+    tiles = [op for op in compiled.module.op.walk() if npu.ATTR_TILE in op.attributes]
+    assert "npu.conv" in {op.name for op in tiles}
+    npu.verify_sram(compiled.module.op)
+    attrs = compiled.module.op.attributes
+    assert attrs["npu.sram_peak_bytes"].value.data <= limit
+    x = torch.randn(1, 3, 192, 192).numpy()
+    assert np.array_equal(quantized["forward"](x), compiled["forward"](x))
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_tiny_sram_tiles_the_zoo_bit_identically(name, tmp_path_factory):
+    quantized, batches, stages = _stages(name, tmp_path_factory)
+    fused = stages["npu-fuse"]
+    largest = max(
+        npu.working_set(op, 16) for op in fused.module.op.walk() if npu.is_compute(op)
+    )
+    limit = largest // 2  # the smallest SRAM (from half the largest op up) that works
+    while True:
+        tiled = fused.clone()
+        try:
+            NpuTilePass(sram_bytes=limit).apply(make_context(), tiled.module.op)
+            break
+        except CompileError:
+            limit = limit * 5 // 4
+    assert limit < largest
+    npu.verify_sram(tiled.module.op)
+    assert any(npu.ATTR_TILE in op.attributes for op in tiled.module.op.walk())
+    for inputs in batches:
+        for w, g in zip(
+            _outputs(quantized["forward"], inputs),
+            _outputs(tiled["forward"], inputs),
+            strict=True,
+        ):
+            assert np.array_equal(w, g)
+
+
+def test_an_op_that_cannot_fit_is_an_error_naming_it(tmp_path_factory):
+    _, _, stages = _stages("resnet", tmp_path_factory)
+    module = stages["npu-fuse"].clone()
+    with pytest.raises(CompileError, match="'npu.conv' needs .* bytes of SRAM"):
+        NpuTilePass(sram_bytes=2000).apply(make_context(), module.module.op)
+
+
+# ---------------------------------------------------------------- march, API, CLI
+
+
+def test_nash_m_is_faster_than_nash_e(tmp_path_factory):
+    quantized, _, _ = _stages("resnet", tmp_path_factory)
+    qat_like = quantized.clone()
+    qat_like.module.op.attributes["hbir.march"] = hbir.dialects.hbir.StringAttr(
+        "nash-m"
+    )
+    e = hbir.compile(quantized, march="nash-e").module.op.attributes
+    m = hbir.compile(qat_like, march="nash-m").module.op.attributes
+    assert m["npu.estimated_cycles"].value.data < e["npu.estimated_cycles"].value.data
+
+
+def test_compile_refuses_qat_bc_and_a_march_mismatch(tmp_path):
+    qat, example = calibrated("resnet", tmp_path)
+    qat_bc = export(qat, example)
+    with pytest.raises(hbir.HbirError, match="convert"):
+        hbir.compile(qat_bc, "model.hbm", "nash-e")
+    quantized = hbir.convert(qat_bc, "nash-e")
+    with pytest.raises(hbir.HbirError, match="converted for nash-e"):
+        hbir.compile(quantized, "model.hbm", "nash-m")
+    with pytest.raises(hbir.HbirError, match=r"ends in \.hbm"):
+        hbir.compile(quantized, "model.bc", "nash-e")
+    assert not os.path.exists("model.hbm")
+
+
+def test_hbir_opt_compiles_quantized_bc_and_times_every_pass(
+    tmp_path, tmp_path_factory
+):
+    quantized, batches, stages = _stages("multi_io", tmp_path_factory)
+    hbir.save(quantized, tmp_path / "quantized.bc")
+    out = tmp_path / "npu.mlir"
+    run = subprocess.run(
+        [
+            "hbir-opt",
+            str(tmp_path / "quantized.bc"),
+            "--compile-to=compile",
+            "--march=nash-e",
+            "--time-passes",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    for name in PASSES:
+        assert f"pass '{name}' took" in run.stderr
+    compiled = hbir.load(out)
+    for inputs in batches:
+        for w, g in zip(
+            _outputs(quantized["forward"], inputs),
+            _outputs(compiled["forward"], inputs),
+            strict=True,
+        ):
+            assert np.array_equal(w, g)
+    stop = subprocess.run(
+        ["hbir-opt", str(tmp_path / "quantized.bc"), "--compile-to=npu-layout"],
+        capture_output=True,
+        text=True,
+    )
+    assert stop.returncode == 0 and "npu.transpose" in stop.stdout
+    assert "npu.dma_load" not in stop.stdout
+
+
+# ---------------------------------------------------------------- accumulator limit
+
+LONG_GEMM = """
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @forward(%x: tensor<1x1024xsi16>) -> tensor<1x2xsi32> {
+    %w = hbir.constant dense<-128> : tensor<2x1024xsi8>
+    %y = hbir.linear %x, %w : (tensor<1x1024xsi16>, tensor<2x1024xsi8>) -> tensor<1x2xsi32>
+    func.return %y : tensor<1x2xsi32>
+  }
+}
+"""
+
+
+def test_a_gemm_past_the_32_bit_accumulator_saturates_identically():
+    # 1024 products of -32768 x -128 sum to 2**32: beyond si32. The accumulator
+    # saturates at 2**31 - 1, in quantized.bc and in every compiled stage, and
+    # npu-lower names the op.
+    quantized = hbir.Module.parse(LONG_GEMM)
+    x = np.full((1, 1024), -32768, np.int16)
+    assert quantized["forward"](x).tolist() == [[2**31 - 1] * 2]
+    module, ctx = quantized.clone(), make_context()
+    for p in compile_passes("nash-e"):
+        p.apply(ctx, module.module.op)
+        assert module["forward"](x).tolist() == [[2**31 - 1] * 2], p.name
+    gemms = [op for op in module.module.op.walk() if isinstance(op, npu.GemmOp)]
+    assert gemms and all("npu.acc_may_saturate" in op.attributes for op in gemms)
+    y = np.full((1, 1024), 1000, np.int16)  # in range: exact
+    assert module["forward"](y).tolist() == [[-128 * 1000 * 1024] * 2]
+
+
+def test_compile_reports_progress_and_saves_as_bc(tmp_path, tmp_path_factory, capsys):
+    quantized, batches, _ = _stages("transformer", tmp_path_factory)
+    compiled = hbir.compile(
+        quantized, "model.hbm", march="nash-e", opt=2, progress_bar=True
+    )
+    err = capsys.readouterr().err
+    assert [line.split()[-1] for line in err.splitlines()] == PASSES
+    assert not os.path.exists("model.hbm")  # no bytecode yet: nothing is written
+    hbir.save(compiled, tmp_path / "npu.bc")
+    again = hbir.load(tmp_path / "npu.bc")
+    for inputs in batches:
+        assert all(
+            np.array_equal(w, g)
+            for w, g in zip(
+                _outputs(quantized["forward"], inputs),
+                _outputs(again["forward"], inputs),
+                strict=True,
+            )
+        )
+    unfused = hbir.compile(quantized, march="nash-e", opt=0)
+    assert "npu.rescale" in _names(unfused)
