@@ -1755,67 +1755,86 @@ class LutOp(IRDLOperation):
 
 @irdl_op_definition
 class ImageConvertOp(IRDLOperation):
-    """NV12 planes to centred YUV444: ``y - 128`` and nearest-upsampled ``uv - 128``.
+    """Camera planes (NHWC, ui8) to the centred image the NPU's input unit gives.
 
-    Inputs: ``y`` is ``N x 1 x H x W`` ui8, ``uv`` is ``N x 2 x H/2 x W/2`` ui8 (the
-    interleaved CbCr plane as two channels). Result: ``N x 3 x H x W`` si8.
+    ``mode = "nv12"``: ``y`` is ``N x H x W x 1``, ``uv`` the interleaved chroma
+    plane ``N x H/2 x W/2 x 2``; the result is ``N x H x W x 3`` si8 YUV444,
+    ``v - 128`` with each chroma sample repeated over its 2 x 2 pixels
+    (``runtime/yuv.py``). ``mode = "gray"``: ``y`` alone, result ``y - 128``.
 
-    ``%yuv = hbir.image_convert %y, %uv {mode = "nv12"} : (tensor<1x1x4x4xui8>,
-    tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xsi8>``
+    ``%yuv = hbir.image_convert %y, %uv {mode = "nv12"} : (tensor<1x4x4x1xui8>,
+    tensor<1x2x2x2xui8>) -> tensor<1x4x4x3xsi8>``
     """
 
     name = "hbir.image_convert"
 
     y = operand_def(AnyTensorTypeConstr)
-    uv = operand_def(AnyTensorTypeConstr)
+    uv = opt_operand_def(AnyTensorTypeConstr)
     output = result_def(AnyTensorTypeConstr)
     mode = prop_def(StringAttr, default_value=StringAttr("nv12"))
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$y `,` $uv attr-dict `:` functional-type(operands, results)"
+    assembly_format = "$y (`,` $uv^)? attr-dict `:` functional-type(operands, results)"
 
-    def __init__(self, y: Value, uv: Value):
-        n, _, h, w = shape_of(y)
+    MODES: ClassVar = ("nv12", "gray")
+
+    def __init__(self, y: Value, uv: Value | None = None):
+        n, h, w, _ = shape_of(y)
+        mode, channels = ("gray", 1) if uv is None else ("nv12", 3)
         super().__init__(
-            operands=[y, uv],
-            result_types=[TensorType(si(8), [n, 3, h, w])],
-            properties={"mode": StringAttr("nv12")},
+            operands=[y, [] if uv is None else [uv]],
+            result_types=[TensorType(si(8), [n, h, w, channels])],
+            properties={"mode": StringAttr(mode)},
         )
 
     def verify_(self) -> None:
-        if self.mode.data != "nv12":
-            raise VerifyException(f"mode must be 'nv12', got {self.mode.data!r}")
+        mode = self.mode.data
+        if mode not in self.MODES:
+            raise VerifyException(f"mode must be one of {self.MODES}, got {mode!r}")
+        if (mode == "nv12") != (self.uv is not None):
+            raise VerifyException(
+                "nv12 takes y and uv planes" if mode == "nv12" else "gray takes y only"
+            )
         u8 = IntegerType(8, Signedness.UNSIGNED)
-        for name, v in (("y", self.y), ("uv", self.uv)):
-            if tensor_type(v).element_type != u8:
+        planes = (("y", self.y), ("uv", self.uv))
+        for name, v in planes:
+            if v is not None and tensor_type(v).element_type != u8:
                 raise VerifyException(
                     f"{name} must be ui8, got {tensor_type(v).element_type}"
                 )
-        y, uv = shape_of(self.y), shape_of(self.uv)
-        if len(y) != 4 or y[1] != 1 or y[2] % 2 or y[3] % 2:
-            raise VerifyException(
-                f"y has shape {y}, expected N x 1 x H x W with even H, W"
-            )
-        if uv != (y[0], 2, y[2] // 2, y[3] // 2):
-            raise VerifyException(
-                f"uv has shape {uv}, expected {(y[0], 2, y[2] // 2, y[3] // 2)}"
-            )
-        if tensor_type(self.output) != TensorType(si(8), [y[0], 3, y[2], y[3]]):
-            raise VerifyException(f"result must be tensor<{y[0]}x3x{y[2]}x{y[3]}xsi8>")
+        y = shape_of(self.y)
+        if len(y) != 4 or y[3] != 1:
+            raise VerifyException(f"y has shape {y}, expected N x H x W x 1 (NHWC)")
+        channels = 1
+        if self.uv is not None:
+            channels = 3
+            if y[1] % 2 or y[2] % 2:
+                raise VerifyException(f"y has shape {y}: nv12 needs even H and W")
+            uv = shape_of(self.uv)
+            if uv != (y[0], y[1] // 2, y[2] // 2, 2):
+                raise VerifyException(
+                    f"uv has shape {uv}, expected {(y[0], y[1] // 2, y[2] // 2, 2)}"
+                )
+        want = TensorType(si(8), [y[0], y[1], y[2], channels])
+        if tensor_type(self.output) != want:
+            raise VerifyException(f"result must be {want}")
 
 
 @irdl_op_definition
 class ImagePreprocessOp(IRDLOperation):
-    """Centred YUV444 (si8) to a normalised float image.
+    """Colour conversion and normalisation of an NHWC camera image.
 
-    ``csc = "none"`` keeps YUV (``v = x + 128``); ``"yuv_bt601_full_to_rgb"`` and
-    ``"yuv_bt601_video_to_rgb"`` apply the integer BT.601 conversion of
-    ``runtime/numerics.py``. Then ``(v / divisor - mean[c]) / std[c]`` in float32.
+    The input is si8 (centred, ``v = x + 128``) or ui8 (``v = x``). ``csc`` converts
+    ``v``: ``"none"``; ``"yuv_bt601_{full,video}_to_{rgb,bgr}"``, the integer BT.601
+    decoding; ``"bgr_to_rgb"`` / ``"rgb_to_bgr"``, a channel swap. Float result:
+    ``(fl32(v) / divisor - mean[c]) / std[c]`` in float32. Integer result (after
+    convert): ``table[c, v]``, a ``C x 256`` table of the codes
+    ``quantize((v / divisor - mean[c]) / std[c])`` (``runtime/yuv.py``).
 
     ``%img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor =
     255 : i64, mean = array<f64: 0.485, 0.456, 0.406>, std = array<f64: 0.229,
-    0.224, 0.225>} : tensor<1x3x4x4xsi8> -> tensor<1x3x4x4xf32>``
+    0.224, 0.225>} : tensor<1x4x4x3xsi8> -> tensor<1x4x4x3xf32>``
     """
 
     name = "hbir.image_preprocess"
@@ -1826,12 +1845,22 @@ class ImagePreprocessOp(IRDLOperation):
     divisor = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
     mean = prop_def(DenseArrayBase)
     std = prop_def(DenseArrayBase)
+    table = opt_prop_def(DenseIntOrFPElementsAttr)
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = MAP_FORMAT
 
-    CSC_MODES: ClassVar = ("none", "yuv_bt601_full_to_rgb", "yuv_bt601_video_to_rgb")
+    # runtime/yuv.py's CSC_MODES (a test checks they agree)
+    CSC_MODES: ClassVar = (
+        "none",
+        "yuv_bt601_full_to_rgb",
+        "yuv_bt601_full_to_bgr",
+        "yuv_bt601_video_to_rgb",
+        "yuv_bt601_video_to_bgr",
+        "bgr_to_rgb",
+        "rgb_to_bgr",
+    )
 
     def __init__(
         self,
@@ -1841,18 +1870,22 @@ class ImagePreprocessOp(IRDLOperation):
         csc: str = "none",
         divisor: int = 1,
         element_type: Attribute | None = None,
+        table: DenseIntOrFPElementsAttr | None = None,
     ):
         from xdsl.dialects.builtin import f32
 
+        properties = {
+            "csc": StringAttr(csc),
+            "divisor": i64_attr(divisor),
+            "mean": DenseArrayBase.from_list(f64, list(mean)),
+            "std": DenseArrayBase.from_list(f64, list(std)),
+        }
+        if table is not None:
+            properties["table"] = table
         super().__init__(
             operands=[input],
             result_types=[with_shape(input, shape_of(input), element_type or f32)],
-            properties={
-                "csc": StringAttr(csc),
-                "divisor": i64_attr(divisor),
-                "mean": DenseArrayBase.from_list(f64, list(mean)),
-                "std": DenseArrayBase.from_list(f64, list(std)),
-            },
+            properties=properties,
         )
 
     def verify_(self) -> None:
@@ -1865,17 +1898,38 @@ class ImagePreprocessOp(IRDLOperation):
                 f"divisor must be positive, got {self.divisor.value.data}"
             )
         x = shape_of(self.input)
-        if len(x) != 4 or x[1] != 3:
-            raise VerifyException(f"input has shape {x}, expected N x 3 x H x W")
-        if tensor_type(self.input).element_type != si(8):
-            raise VerifyException("input must be si8 (centred YUV444)")
+        channels = (1, 3) if self.csc.data == "none" else (3,)
+        if len(x) != 4 or x[3] not in channels:
+            want = " or ".join(map(str, channels))
+            raise VerifyException(
+                f"input has shape {x}, expected N x H x W x {want} (NHWC)"
+            )
+        if tensor_type(self.input).element_type not in (
+            si(8),
+            IntegerType(8, Signedness.UNSIGNED),
+        ):
+            raise VerifyException("input must be si8 (centred) or ui8")
         for name, attr in (("mean", self.mean), ("std", self.std)):
-            if len(attr) != 3:
-                raise VerifyException(f"{name} needs 3 values, got {len(attr)}")
+            if len(attr) != x[3]:
+                raise VerifyException(f"{name} needs {x[3]} values, got {len(attr)}")
         if any(s == 0 for s in self.std.get_values()):
             raise VerifyException("std values must be nonzero")
-        if not is_float(self.output.type) or shape_of(self.output) != x:
-            raise VerifyException("result must be float with the input shape")
+        if shape_of(self.output) != x:
+            raise VerifyException("result must have the input shape")
+        if is_float(self.output.type):
+            if self.table is not None:
+                raise VerifyException("a float result takes no table")
+            return
+        out = tensor_type(self.output).element_type
+        if out not in (si(8), si(16)):
+            raise VerifyException(f"result must be float, si8 or si16, got {out}")
+        if self.table is None:
+            raise VerifyException("an integer result needs its C x 256 code table")
+        table = self.table.get_type()
+        if tuple(table.get_shape()) != (x[3], 256) or table.element_type != out:
+            raise VerifyException(
+                f"table must be tensor<{x[3]}x256x{out}>, got {table}"
+            )
 
 
 HBIR = Dialect(

@@ -11,6 +11,10 @@ each artifact to ``--out``:
     qat.export.pt      pre_export(qat.pt)'s state_dict: LUT ops as their exact tables
     qat.bc             export(qat.pt): HBIR with qnt.const_fake_quant
     quantized.bc       convert(qat.bc, "nash-e"): true fixed point
+    gray_quantized.bc  qat.bc fed by an 8-bit gray camera plane (insert_transpose,
+                       insert_image_preprocess, insert_image_convert("gray")),
+                       converted: the gray codes v = 15 p of each digit pixel p
+                       (0..16) become p / 8 - 1 = (v / 120 - 1) / 1 exactly
     model_check_result.txt, fx_graph.txt   written by prepare
 
 and prints one table: stage | accuracy | top-1 agreement with qat.pt | max LSB
@@ -103,6 +107,13 @@ def hbir_logits(module: hbir.Module, x) -> np.ndarray:
     return np.concatenate([f(batch.numpy()) for batch in x.split(BATCH)])
 
 
+def gray_planes(x: torch.Tensor) -> torch.Tensor:
+    """Normalised digits (p / 8 - 1) -> the gray camera plane, N x 8 x 8 x 1 uint8
+    holding 15 p (0..240)."""
+    p = (x + 1) * 8  # exact: the digit pixels 0..16
+    return (p * 15).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/digits")
@@ -150,6 +161,13 @@ def main() -> None:
     quantized = hbir.convert(qat_bc, "nash-e")
     hbir.save(quantized, out / "quantized.bc")
 
+    step("gray camera input -> gray_quantized.bc")
+    gray_bc = hbir.load(out / "qat.bc")
+    node = gray_bc["forward"].inputs[0].insert_transpose(permutes=[0, 3, 1, 2])
+    node = node.insert_image_preprocess(mode=None, divisor=120, mean=[1.0], std=[1.0])
+    node.insert_image_convert("gray")
+    hbir.save(hbir.convert(gray_bc, "nash-e"), out / "gray_quantized.bc")
+
     step("evaluating every stage on the test set")
     logits = {
         "float": torch_logits(model, x_test),
@@ -157,13 +175,16 @@ def main() -> None:
         "qat.export.pt": torch_logits(qat_export, x_test),
         "qat.bc": hbir_logits(hbir.load(out / "qat.bc"), x_test),
         "quantized.bc": hbir_logits(hbir.load(out / "quantized.bc"), x_test),
+        "gray_quantized.bc": hbir_logits(
+            hbir.load(out / "gray_quantized.bc"), gray_planes(x_test)
+        ),
     }
     lsb = float(qat.fc2.activation_post_process.scale[0])
     reference = logits["qat.pt"].argmax(1)
     labels = y_test.numpy()
     print()
-    print(f"{'stage':<14} | {'accuracy':>8} | {'top-1 = qat.pt':>14} | max LSB vs prev")
-    print(f"{'-' * 14}-+-{'-' * 8}-+-{'-' * 14}-+-{'-' * 15}")
+    print(f"{'stage':<17} | {'accuracy':>8} | {'top-1 = qat.pt':>14} | max LSB vs prev")
+    print(f"{'-' * 17}-+-{'-' * 8}-+-{'-' * 14}-+-{'-' * 15}")
     previous = None
     for stage, values in logits.items():
         accuracy = (values.argmax(1) == labels).mean()
@@ -171,7 +192,7 @@ def main() -> None:
         diff = "-"
         if previous is not None:
             diff = f"{np.abs(values - previous).max() / lsb:.2f}"
-        print(f"{stage:<14} | {accuracy:>8.2%} | {agreement:>14.2%} | {diff:>15}")
+        print(f"{stage:<17} | {accuracy:>8.2%} | {agreement:>14.2%} | {diff:>15}")
         previous = values
     print(f"\nartifacts in {out}/; done in {time.perf_counter() - start:.1f} s")
 

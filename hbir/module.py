@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from xdsl.ir import Attribute
 from hbir import files
 from hbir.diagnostics import HbirError, parse_module
 from hbir.dialects import make_context
-from hbir.dialects.hbir import numpy_dtype
+from hbir.inputs import Argument
 from hbir.passes.fixed_point import ATTR_FUSE_REQUANTIZE, ATTR_LEGACY_ROUND, op_device
 
 # Module attributes that record how the model was made (see ARCHITECTURE §3); the
@@ -39,19 +38,6 @@ ATTR_ARG_NAME = "hbir.name"
 
 class FeedError(HbirError):
     """Inputs that do not match a function's signature."""
-
-
-@dataclass(frozen=True)
-class Argument:
-    """One function input or output: its name, shape and numpy dtype."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    type: TensorType
-
-    def __repr__(self) -> str:
-        return f"Argument({self.name!r}, shape={self.shape}, dtype={self.dtype})"
 
 
 class Arguments(Sequence[Argument]):
@@ -146,14 +132,8 @@ class Function:
             a = attrs.data[i] if attrs is not None else None
             if not isinstance(t, TensorType):
                 raise HbirError(f"function @{self.name}: argument {i} is not a tensor")
-            args.append(
-                Argument(
-                    _arg_name(a, f"_{prefix}_{i}"),
-                    tuple(t.get_shape()),
-                    numpy_dtype(t.element_type),
-                    t,
-                )
-            )
+            name = _arg_name(a, f"_{prefix}_{i}")
+            args.append(Argument.of(name, t, a, self, prefix == "input"))
         return Arguments(args)
 
     @property
@@ -228,6 +208,32 @@ class Function:
             )
         out = list(self.feed(dict(zip(names, arrays, strict=True))).values())
         return out[0] if len(out) == 1 else tuple(out)
+
+    def remove_io_op(
+        self,
+        op_types: Sequence[str] | None = None,
+        op_names: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Remove Quantize / Dequantize / Transpose / Cast / Reshape / Softmax ops at
+        the inputs and outputs (``passes/remove_io_op.py``); the names removed."""
+        from hbir.passes.remove_io_op import remove_io_op
+
+        types, names = list(op_types or ()), list(op_names or ())
+        removed = self._run_pass(
+            "remove-io-op", lambda m: remove_io_op(m, self.name, types, names)
+        )
+        for name in removed:
+            print(f"Remove op {name} successfully")
+        return removed
+
+    def _run_pass(self, name: str, edit) -> Any:
+        """Run an input/output edit (a pass's function) on the module in place,
+        then verify it."""
+        from hbir.diagnostics import verify
+
+        result = edit(self._module._op)
+        verify(self._module._op, filename=f"after {name}")
+        return result
 
     def statistics(self) -> dict[str, int]:
         """Op name -> count inside this function (the terminator excluded)."""

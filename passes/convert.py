@@ -11,6 +11,7 @@ Runs, in order (each is its own pass, runnable alone through hbir-opt)::
     convert-lut           table-configured nonlinear ops -> hbir.lut
     sink-dequantize       again, behind the freshly lowered ops
     fold-requantize       quantize(dequantize) -> requantize; dead ops removed
+    convert-image-preprocess  camera-input normalisation + quantize -> code table
 
 and records ``hbir.march`` on the module. A model that is already converted is
 refused (converting again would only relabel its march); one with no fake
@@ -51,6 +52,7 @@ from hbir.errors import HbirError
 from hbir.passes.check_march import CheckMarchPass
 from hbir.passes.convert_elementwise import ConvertElementwisePass
 from hbir.passes.convert_gemm import ConvertGemmPass
+from hbir.passes.convert_image_preprocess import ConvertImagePreprocessPass
 from hbir.passes.convert_lut import ConvertLutPass
 from hbir.passes.convert_pool import ConvertPoolPass
 from hbir.passes.expand_fake_quant import ExpandFakeQuantPass
@@ -70,6 +72,7 @@ def sub_passes(march: str) -> list[ModulePass]:
         ConvertLutPass(),
         SinkDequantizePass(),
         FoldRequantizePass(),
+        ConvertImagePreprocessPass(),
     ]
 
 

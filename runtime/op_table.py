@@ -38,8 +38,9 @@ CLAMP = "clamp"  # fold-requantize: relu/clip become the requantization's bounds
 MOVE = "move"  # sink-dequantize: moves or selects codes, values unchanged
 QUANT = "quant"  # expand-fake-quant and friends: the quantization ops themselves
 INTEGER = "integer"  # already integer (made by convert or input adaptation)
+IMAGE = "image"  # convert-image-preprocess: colour conversion + normalisation tables
 FLOAT = "float"  # no fixed-point form: stays a float CPU island
-LOWERINGS = (GEMM, ELEMENTWISE, POOL, LUT, CLAMP, MOVE, QUANT, INTEGER, FLOAT)
+LOWERINGS = (GEMM, ELEMENTWISE, POOL, LUT, CLAMP, MOVE, QUANT, INTEGER, IMAGE, FLOAT)
 
 # ---- how prepare quantizes an op
 MODULE = "module"
@@ -290,7 +291,7 @@ OPS: tuple[OpEntry, ...] = (
     _ir("hbir.constant", QUANT),
     _ir("hbir.lut", INTEGER),
     _ir("hbir.image_convert", INTEGER),
-    _ir("hbir.image_preprocess", FLOAT),
+    _ir("hbir.image_preprocess", IMAGE),
     _ir("qnt.const_fake_quant", QUANT),
     _ir("qnt.quantize", QUANT),
     _ir("qnt.dequantize", QUANT),

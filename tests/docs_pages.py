@@ -198,6 +198,7 @@ FIXTURES = {
     "bc-editor.md": lambda: _files("qat.bc"),
     "convert.md": _convert,
     "export.md": _export,
+    "image-input.md": lambda: {"qat_bc": _qat_bc(), **_files("qat.bc")},
     "quantization.md": _quantization,
     "writing-passes.md": _writing_passes,
 }

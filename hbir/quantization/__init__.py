@@ -18,6 +18,13 @@ import types
 from hbir.quantization.consistency import ConsistencyStrategy
 from hbir.quantization.dtypes import QuantDType, qint8, qint16, qint32
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
+from hbir.quantization.image import (
+    BgrToYuv444,
+    bgr2centered_yuv,
+    bgr_to_yuv444,
+    centered_yuv2rgb,
+    rgb2centered_yuv,
+)
 from hbir.quantization.observers import (
     FixedScaleObserver,
     HistogramObserver,
@@ -69,6 +76,11 @@ sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
+    "BgrToYuv444",
+    "bgr2centered_yuv",
+    "bgr_to_yuv444",
+    "centered_yuv2rgb",
+    "rgb2centered_yuv",
     "ConsistencyStrategy",
     "DeQuantStub",
     "ExportError",

@@ -27,8 +27,16 @@ def test_digits_end_to_end(tmp_path):
         m = re.match(r"(\S+)\s+\|\s+([\d.]+)%\s+\|\s+([\d.]+)%\s+\|\s+(\S+)", line)
         if m:
             rows[m.group(1)] = (float(m.group(2)), float(m.group(3)), m.group(4))
-    assert list(rows) == ["float", "qat.pt", "qat.export.pt", "qat.bc", "quantized.bc"]
+    assert list(rows) == [
+        "float",
+        "qat.pt",
+        "qat.export.pt",
+        "qat.bc",
+        "quantized.bc",
+        "gray_quantized.bc",
+    ]
     assert rows["qat.bc"][2] == "0.00"  # bit-identical to qat.export.pt
+    assert rows["gray_quantized.bc"][2] == "0.00"  # the gray plane: the same input
     assert float(rows["quantized.bc"][2]) <= 1.0  # <= 1 LSB from qat.bc
     assert abs(rows["quantized.bc"][0] - rows["qat.pt"][0]) <= 0.5
     assert rows["qat.pt"][0] > 95.0
@@ -69,3 +77,22 @@ def test_quickstart(tmp_path):
     out = run("quickstart.py", tmp_path)
     assert "bit-identical to torch on 64/64 images" in out
     assert (tmp_path / "quickstart.bc").exists()
+
+
+def test_nv12_end_to_end(tmp_path):
+    """RGB- and b2y-trained models on NV12 frames of the sample photos: the b2y
+    model's NV12 deployment equals its quantized.bc bit for bit, input included."""
+    out = run("nv12_e2e.py", tmp_path)
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) == 7 and cells[0] in ("rgb", "b2y"):
+            rows[cells[0]] = cells[1:]
+    assert list(rows) == ["rgb", "b2y"]
+    assert rows["b2y"][3:] == ["0", "0.000", "0.00"]  # input levels, logits: none
+    assert rows["b2y"][0] == rows["b2y"][1]  # the same accuracy
+    assert float(rows["rgb"][4]) > 0  # chroma loss reaches the RGB model's input
+    assert float(rows["rgb"][2].rstrip("%")) > 90  # but top-1 mostly agrees
+    for model in ("rgb", "b2y"):
+        for name in ("quantized.bc", "nv12_quantized.bc"):
+            assert (tmp_path / model / name).stat().st_size > 0

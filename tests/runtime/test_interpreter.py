@@ -1122,70 +1122,119 @@ def test_barrier_is_identity():
 
 
 def nv12(n=1, h=4, w=6, seed=10):
-    y = randint(0, 255, (n, 1, h, w), np.uint8, seed=seed)
-    uv = randint(0, 255, (n, 2, h // 2, w // 2), np.uint8, seed=seed + 1)
+    y = randint(0, 255, (n, h, w, 1), np.uint8, seed=seed)
+    uv = randint(0, 255, (n, h // 2, w // 2, 2), np.uint8, seed=seed + 1)
     return y, uv
 
 
 def test_image_convert_centres_and_upsamples_chroma():
     y, uv = nv12(2, 4, 6)
-    ty, tuv, to = "tensor<2x1x4x6xui8>", "tensor<2x2x2x3xui8>", "tensor<2x3x4x6xsi8>"
+    ty, tuv, to = "tensor<2x4x6x1xui8>", "tensor<2x2x3x2xui8>", "tensor<2x4x6x3xsi8>"
     op = f'hbir.image_convert %luma, %uv {{mode = "nv12"}} : ({ty}, {tuv}) -> {to}'
     out = run_one(f"%luma: {ty}, %uv: {tuv}", op, to, y, uv)
     assert out.dtype == np.int8
     for n in range(2):
         for i in range(4):
             for j in range(6):
-                assert out[n, 0, i, j] == int(y[n, 0, i, j]) - 128
-                assert out[n, 1, i, j] == int(uv[n, 0, i // 2, j // 2]) - 128
-                assert out[n, 2, i, j] == int(uv[n, 1, i // 2, j // 2]) - 128
+                assert out[n, i, j, 0] == int(y[n, i, j, 0]) - 128
+                assert out[n, i, j, 1] == int(uv[n, i // 2, j // 2, 0]) - 128
+                assert out[n, i, j, 2] == int(uv[n, i // 2, j // 2, 1]) - 128
+
+
+def test_image_convert_gray_centres_luma():
+    y, _ = nv12(1, 3, 5)  # gray needs no even size
+    ty, to = "tensor<1x3x5x1xui8>", "tensor<1x3x5x1xsi8>"
+    op = f'hbir.image_convert %luma {{mode = "gray"}} : ({ty}) -> {to}'
+    out = run_one(f"%luma: {ty}", op, to, y)
+    assert_bits(out, (y.astype(np.int16) - 128).astype(np.int8))
 
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+CSCS = [
+    ("none", None),
+    ("yuv_bt601_full_to_rgb", numerics.yuv_to_rgb_bt601_full),
+    ("yuv_bt601_video_to_rgb", numerics.yuv_to_rgb_bt601_video),
+    ("yuv_bt601_full_to_bgr", numerics.yuv_to_rgb_bt601_full),
+    ("yuv_bt601_video_to_bgr", numerics.yuv_to_rgb_bt601_video),
+    ("bgr_to_rgb", None),
+    ("rgb_to_bgr", None),
+]
 
 
-@pytest.mark.parametrize(
-    "csc, convert",
-    [
-        ("none", None),
-        ("yuv_bt601_full_to_rgb", numerics.yuv_to_rgb_bt601_full),
-        ("yuv_bt601_video_to_rgb", numerics.yuv_to_rgb_bt601_video),
-    ],
-)
+def _planes(x: np.ndarray, csc: str, convert) -> np.ndarray:
+    """The independent per-csc reference: NCHW int64 planes in [0, 255]."""
+    planes = np.moveaxis(x.astype(np.int64) + 128, -1, 1)
+    if convert is not None:
+        planes = np.stack(convert(*planes[0]))[None]
+    if csc.endswith("bgr") or csc == "bgr_to_rgb":
+        planes = planes[:, ::-1]
+    return planes
+
+
+@pytest.mark.parametrize("csc, convert", CSCS)
 def test_image_preprocess(csc, convert):
-    x = randint(-128, 127, (1, 3, 4, 6), np.int8, seed=11)
-    ti, to = "tensor<1x3x4x6xsi8>", "tensor<1x3x4x6xf32>"
+    x = randint(-128, 127, (1, 4, 6, 3), np.int8, seed=11)
+    ti, to = "tensor<1x4x6x3xsi8>", "tensor<1x4x6x3xf32>"
     attrs = (
         f'{{csc = "{csc}", divisor = 255 : i64, mean = array<f64: 0.485, 0.456, 0.406>, '
         "std = array<f64: 0.229, 0.224, 0.225>}"
     )
     y = run_one(f"%x: {ti}", f"hbir.image_preprocess %x {attrs} : {ti} -> {to}", to, x)
-    planes = x.astype(np.int64) + 128
-    if convert is not None:
-        planes = np.stack(convert(*planes[0]))[None]
+    planes = _planes(x, csc, convert)
     # torchvision: ToTensor (float / 255) then Normalize
-    img = t(planes.astype(np.float32)).div(255)
+    img = t(np.ascontiguousarray(planes).astype(np.float32)).div(255)
     mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
-    assert_bits(y, (img - mean) / std)
+    assert_bits(y, ((img - mean) / std).permute(0, 2, 3, 1).contiguous())
     if csc == "yuv_bt601_full_to_rgb":  # and the RGB is the real-valued BT.601 one
-        yy, cb, cr = x[0].astype(np.float64) + [[[128.0]], [[0.0]], [[0.0]]]
+        yy, cb, cr = np.moveaxis(x[0].astype(np.float64), -1, 0)
+        yy = yy + 128.0
         rgb = np.stack(
             [yy + 1.402 * cr, yy - 0.344136 * cb - 0.714136 * cr, yy + 1.772 * cb]
         )
-        back = y[0] * np.array(STD)[:, None, None] + np.array(MEAN)[:, None, None]
+        back = np.moveaxis(y[0], -1, 0) * np.array(STD)[:, None, None]
+        back += np.array(MEAN)[:, None, None]
         assert np.abs(back * 255 - np.clip(rgb, 0, 255)).max() < 0.51
     if csc == "yuv_bt601_video_to_rgb":  # the real-valued BT.601 video-range one
         # Y in [16, 235] and chroma in [16, 240] scaled to full range, then the
         # full-range matrix; the integer conversion is within 0.76 of it over the
         # whole code cube (measured), so 0.8 plus float32 noise.
-        planes64 = x[0].astype(np.float64) + 128
+        planes64 = np.moveaxis(x[0].astype(np.float64), -1, 0) + 128
         yy = (planes64[0] - 16) * 255 / 219
         cb, cr = (planes64[1:] - 128) * 255 / 224
         rgb = np.stack(
             [yy + 1.402 * cr, yy - 0.344136 * cb - 0.714136 * cr, yy + 1.772 * cb]
         )
-        back = y[0] * np.array(STD)[:, None, None] + np.array(MEAN)[:, None, None]
+        back = np.moveaxis(y[0], -1, 0) * np.array(STD)[:, None, None]
+        back += np.array(MEAN)[:, None, None]
         assert np.abs(back * 255 - np.clip(rgb, 0, 255)).max() < 0.8
+
+
+def test_image_preprocess_unsigned_gray_input():
+    x = randint(0, 255, (1, 3, 5, 1), np.uint8, seed=12)
+    ti, to = "tensor<1x3x5x1xui8>", "tensor<1x3x5x1xf32>"
+    attrs = "{divisor = 16 : i64, mean = array<f64: 0.5>, std = array<f64: 2.0>}"
+    y = run_one(f"%x: {ti}", f"hbir.image_preprocess %x {attrs} : {ti} -> {to}", to, x)
+    ref = (t(x.astype(np.float32)) / 16 - 0.5) / 2.0
+    assert_bits(y, ref)
+
+
+@pytest.mark.parametrize("csc, convert", CSCS[:3])
+def test_image_preprocess_integer_form_is_a_table(csc, convert):
+    x = randint(-128, 127, (1, 4, 6, 3), np.int8, seed=13)
+    table = randint(-128, 127, (3, 256), np.int8, seed=14)
+    ti, to = "tensor<1x4x6x3xsi8>", "tensor<1x4x6x3xsi8>"
+    hexed = "0x" + table.tobytes().hex().upper()
+    attrs = (
+        f'{{csc = "{csc}", mean = array<f64: 0.0, 0.0, 0.0>, std = array<f64: 1.0, '
+        f'1.0, 1.0>, table = dense<"{hexed}"> : tensor<3x256xsi8>}}'
+    )
+    y = run_one(f"%x: {ti}", f"hbir.image_preprocess %x {attrs} : {ti} -> {to}", to, x)
+    planes = _planes(x, csc, convert)[0]
+    assert y.dtype == np.int8
+    for c in range(3):
+        for i in range(4):
+            for j in range(6):
+                assert y[0, i, j, c] == table[c, planes[c, i, j]]
 
 
 # ------------------------------------------------------------------ the loop

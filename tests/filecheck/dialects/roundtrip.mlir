@@ -120,7 +120,7 @@ func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8
 // GENERIC: "qnt.const_fake_quant"(%x) <{min = array<f64: -1.280000e+00>, max = array<f64: 1.270000e+00>, bits = 8 : i64, narrowRange = false}> : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
 // GENERIC: "qnt.requantize"(%acc) <{multiplier = array<i64: 1073741824, 1073741824, 1073741824, 1073741824>, shift = array<i64: 32, 32, 32, 33>, axis = 1 : i64, clip = array<i64: 0, 127>, rounding = "half_up", zero = 0 : i64}>
 // GENERIC: "hbir.image_convert"(%y, %uv) <{mode = "nv12"}>
-// CHECK-LABEL: func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x1x4x4xui8>, %uv: tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xf32> {
+// CHECK-LABEL: func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x4x4x1xui8>, %uv: tensor<1x2x2x2xui8>) -> tensor<1x4x4x3xf32> {
 // CHECK-NEXT: %fq = qnt.const_fake_quant %x {min = array<f64: -1.280000e+00>, max = array<f64: 1.270000e+00>, bits = 8 : i64} : tensor<1x4x8x8xf32>
 // CHECK-NEXT: %fqc = qnt.const_fake_quant %fq {min = array<f64: -1.000000e+00, -2.000000e+00, -3.000000e+00, -4.000000e+00>, max = array<f64: 1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00>, bits = 16 : i64, narrowRange = true, axis = 1 : i64} : tensor<1x4x8x8xf32>
 // CHECK-NEXT: %q = qnt.quantize %fqc {scales = array<f32: 1.000000e-02>, zeros = array<i64: 0>} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xsi8>
@@ -132,10 +132,10 @@ func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8
 // CHECK-NEXT: %lut = hbir.lut %rq {table = dense<"0x{{[0-9A-F]+}}"{{.*}}
 // CHECK-NEXT: %dq = qnt.dequantize %lut {scales = array<f32: 2.000000e-02>, zeros = array<i64: 0>} : tensor<1x4x8x8xsi8> -> tensor<1x4x8x8xf32>
 // CHECK-NEXT: %bar = qnt.barrier %dq : tensor<1x4x8x8xf32>
-// CHECK-NEXT: %yuv = hbir.image_convert %y, %uv : (tensor<1x1x4x4xui8>, tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xsi8>
-// CHECK-NEXT: %img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor = 255 : i64, mean = array<f64: 4.850000e-01, 4.560000e-01, 4.060000e-01>, std = array<f64: 2.290000e-01, 2.240000e-01, 2.250000e-01>} : tensor<1x3x4x4xsi8> -> tensor<1x3x4x4xf32>
-// CHECK-NEXT: func.return %img : tensor<1x3x4x4xf32>
-func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x1x4x4xui8>, %uv: tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xf32> {
+// CHECK-NEXT: %yuv = hbir.image_convert %y, %uv : (tensor<1x4x4x1xui8>, tensor<1x2x2x2xui8>) -> tensor<1x4x4x3xsi8>
+// CHECK-NEXT: %img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor = 255 : i64, mean = array<f64: 4.850000e-01, 4.560000e-01, 4.060000e-01>, std = array<f64: 2.290000e-01, 2.240000e-01, 2.250000e-01>} : tensor<1x4x4x3xsi8> -> tensor<1x4x4x3xf32>
+// CHECK-NEXT: func.return %img : tensor<1x4x4x3xf32>
+func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x4x4x1xui8>, %uv: tensor<1x2x2x2xui8>) -> tensor<1x4x4x3xf32> {
   %fq = qnt.const_fake_quant %x {min = array<f64: -1.28>, max = array<f64: 1.27>, bits = 8 : i64} : tensor<1x4x8x8xf32>
   %fqc = qnt.const_fake_quant %fq {min = array<f64: -1.0, -2.0, -3.0, -4.0>, max = array<f64: 1.0, 2.0, 3.0, 4.0>, bits = 16 : i64, narrowRange = true, axis = 1 : i64} : tensor<1x4x8x8xf32>
   %q = qnt.quantize %fqc {scales = array<f32: 0.01>, zeros = array<i64: 0>} : tensor<1x4x8x8xf32> -> tensor<1x4x8x8xsi8>
@@ -147,9 +147,9 @@ func.func @fixed_point(%x: tensor<1x4x8x8xf32>, %y: tensor<1x1x4x4xui8>, %uv: te
   %lut = hbir.lut %rq {table = dense<"0x000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9FA0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBFC0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDFE0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF"> : tensor<256xsi8>} : tensor<1x4x8x8xsi8> -> tensor<1x4x8x8xsi8>
   %dq = qnt.dequantize %lut {scales = array<f32: 0.02>, zeros = array<i64: 0>} : tensor<1x4x8x8xsi8> -> tensor<1x4x8x8xf32>
   %bar = qnt.barrier %dq : tensor<1x4x8x8xf32>
-  %yuv = hbir.image_convert %y, %uv {mode = "nv12"} : (tensor<1x1x4x4xui8>, tensor<1x2x2x2xui8>) -> tensor<1x3x4x4xsi8>
-  %img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor = 255 : i64, mean = array<f64: 0.485, 0.456, 0.406>, std = array<f64: 0.229, 0.224, 0.225>} : tensor<1x3x4x4xsi8> -> tensor<1x3x4x4xf32>
-  func.return %img : tensor<1x3x4x4xf32>
+  %yuv = hbir.image_convert %y, %uv {mode = "nv12"} : (tensor<1x4x4x1xui8>, tensor<1x2x2x2xui8>) -> tensor<1x4x4x3xsi8>
+  %img = hbir.image_preprocess %yuv {csc = "yuv_bt601_full_to_rgb", divisor = 255 : i64, mean = array<f64: 0.485, 0.456, 0.406>, std = array<f64: 0.229, 0.224, 0.225>} : tensor<1x4x4x3xsi8> -> tensor<1x4x4x3xf32>
+  func.return %img : tensor<1x4x4x3xf32>
 }
 
 // -----
