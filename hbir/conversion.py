@@ -43,11 +43,17 @@ def convert(qat_bc: Module, march: str | March, advice: bool = False) -> Module:
 
 
 def cpu_advice(quantized: Module) -> list[str]:
-    """``<location>: '<op>' runs on the CPU: <why>`` for every float island op."""
+    """``<location>: '<op>' (%N of @f) runs on the CPU: <why>`` for every float
+    island op. The location is the op's torch origin (``file:line:col`` and
+    ``module path|torch op#call``) when it has one; ``%N`` is its ID in the
+    converted model (what ``quantized.module.get_asm()`` prints), so an op of a
+    model without locations (parsed from text) is still found."""
+    from hbir.dialects.op_ids import op_ids
     from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
 
     lines = []
     for f in quantized.functions:
+        ids = {op: n for n, op in op_ids(f.op).items()}
         for op in f.op.walk():
             if op is f.op or isinstance(op, ReturnOp) or op_device(op) != "cpu":
                 continue
@@ -57,6 +63,12 @@ def cpu_advice(quantized: Module) -> list[str]:
                 if isinstance(why, StringAttr)
                 else "no fake quantization around it (float)"
             )
-            where, _ = diagnostics.describe_location(op)
-            lines.append(f"{where}: '{op.name}' runs on the CPU: {reason}")
+            at = f"%{ids[op]} of @{f.name}" if op in ids else f"@{f.name}"
+            where, _ = diagnostics.describe_location(op, filename="")
+            if where.startswith(": "):  # no file: the ID in the model says where
+                origin = where.split(f"'{op.name}'", 1)[-1]  # " (path|op#n)" or ""
+                where, at = f"@{f.name} %{ids.get(op, '?')}{origin}", ""
+            lines.append(
+                f"{where}: '{op.name}'{at and f' ({at})'} runs on the CPU: {reason}"
+            )
     return lines

@@ -177,7 +177,9 @@ def _make_float(fake_quant: Operation) -> None:
     """The ops next to a removed fake quant compute in float: an op marked
     ``qnt.exact`` (its integer lowering's numbers) that reads the fake quant's
     output or writes its input, through ops that pass values on (moves, relu,
-    clip, casts), loses the mark."""
+    clip, casts), loses the mark; a lookup-table op found there loses its table
+    configuration (its grids were the removed fake quant's), so it evaluates its
+    float function, in the edited qat.bc and as a CPU island after convert."""
     from hbir.dialects import hbir, qnt
     from hbir.passes import fixed_point as fp
 
@@ -192,11 +194,23 @@ def _make_float(fake_quant: Operation) -> None:
         if op in seen:
             continue
         seen.add(op)
+        if isinstance(op, hbir.FloatUnaryOp) and op.lut_config() is not None:
+            _drop_table(op)
+            continue
         if op.attributes.pop(qnt.EXACT, None) is not None:
             continue
         if fp.keeps_grid(op) or isinstance(op, passes_on):
             todo += [use.operation for r in op.results for use in r.uses]
             todo += [v.owner for v in op.operands if isinstance(v.owner, Operation)]
+
+
+def _drop_table(op: Operation) -> None:
+    """Remove the grids of a table configuration; ``num_tables`` (what the torch
+    module asked for) stays, so the op is again as export imported it."""
+    from hbir.runtime.numerics import LutConfig
+
+    for name in LutConfig.FIELDS[1:]:
+        op.properties.pop(name, None)
 
 
 @dataclass(frozen=True)

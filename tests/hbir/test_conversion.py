@@ -128,3 +128,52 @@ def test_a_float_model_converts_with_a_warning_naming_the_reason():
     assert "set_fake_quantize(qat, FakeQuantState.VALIDATION)" in message
     assert record[0].filename == __file__  # points at the caller
     assert hbir.statistics(quantized)["forward"] == {"hbir.relu": 1}
+
+
+ISLAND = """\
+func.func @forward(%0: tensor<4xf32>) -> tensor<4xf32> {
+  %1 = qnt.const_fake_quant %0 {min = array<f64: -4.0>, max = array<f64: 3.96875>, bits = 8 : i64} : tensor<4xf32>
+  %2 = hbir.relu %1 : tensor<4xf32>
+  %3 = qnt.const_fake_quant %2 {min = array<f64: -4.0>, max = array<f64: 3.96875>, bits = 8 : i64} : tensor<4xf32>
+  %4 = hbir.exp %3 : tensor<4xf32>
+  func.return %4 : tensor<4xf32>
+}
+"""
+
+
+def test_advice_names_each_island_op_by_its_id_not_module(capsys):
+    """Regression: advice printed ``<module>: 'hbir.exp'`` for a model without
+    source locations, and listed ``func.return``."""
+    quantized = hbir.convert(hbir.Module.parse(ISLAND), "nash-e", advice=True)
+    lines = capsys.readouterr().out.splitlines()
+    asm = quantized.module.get_asm()
+    exp_id = next(
+        line.split("=")[0].strip() for line in asm.splitlines() if "hbir.exp" in line
+    )
+    assert lines == [
+        f"@forward {exp_id}: 'hbir.exp' runs on the CPU: "
+        "no fake quantization around it (float)"
+    ]
+
+
+def test_advice_gives_the_torch_source_line_of_an_exported_op(tmp_path, capsys):
+    import zoo_stages
+
+    from hbir.bc_editor import remove_fake_quant
+    from hbir.quantization import export
+
+    qat, example = zoo_stages.calibrated("mobilenet", tmp_path)
+    qat_bc = export(qat, example)
+    asm = qat_bc.module.get_asm().splitlines()
+    # The fake quants on both sides of the stem's hardswish.
+    lines = [i for i, line in enumerate(asm) if '"hbir.hardswish"' in line]
+    hardswish = int(asm[lines[0]].split("=")[0].strip()[1:])
+    edited = remove_fake_quant(qat_bc, [[hardswish - 1, hardswish + 1]])
+    hbir.convert(edited, "nash-e", advice=True)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "'hbir.hardswish'" in x)
+    source = open("tests/zoo.py").read().splitlines()
+    row = next(i + 1 for i, t in enumerate(source) if "self.head(self.block(" in t)
+    assert line.startswith(f"tests/zoo.py:{row}:")
+    assert "(stem.1|hbir.quantization.lut_modules.Hardswish#0)" in line
+    assert "<module>" not in out and "func.return" not in out

@@ -416,3 +416,43 @@ def test_ids_are_required():
         parse_ids(())
     with pytest.raises(ValueError, match='requires argument "ids"'):
         PassPipeline.parse_spec(get_all_passes(), "remove-fake-quant")
+
+
+# A configured sigmoid (its table's grids are the fake quants around it, as
+# configure-lut writes them) between two fake quants.
+TABLED = """\
+func.func @forward(%0: tensor<8xf32>) -> tensor<8xf32> {
+  %1 = qnt.const_fake_quant %0 {min = array<f64: -4.0>, max = array<f64: 3.96875>, bits = 8 : i64} : tensor<8xf32>
+  %2 = hbir.sigmoid %1 {num_tables = 162 : i64, in_scale = 3.125e-02 : f64, in_bits = 8 : i64, out_scale = 7.8125e-03 : f64, out_bits = 8 : i64} : tensor<8xf32>
+  %3 = qnt.const_fake_quant %2 {min = array<f64: -1.0>, max = array<f64: 0.9921875>, bits = 8 : i64} : tensor<8xf32>
+  %4 = hbir.relu %3 : tensor<8xf32>
+  %5 = qnt.const_fake_quant %4 {min = array<f64: -2.0>, max = array<f64: 1.984375>, bits = 8 : i64} : tensor<8xf32>
+  func.return %5 : tensor<8xf32>
+}
+"""
+
+
+def test_float_fallback_of_a_table_op_computes_the_float_function():
+    """Regression: the sigmoid kept its table configuration after the fake quants
+    around it were removed, so the "float" region still ran the int8 table."""
+    import torch
+
+    x = np.linspace(-3.7, 3.9, 8, dtype=np.float32)
+    x[3] = 0.0173  # between two grid points of the input
+    from hbir.bc_editor import remove_fake_quant
+
+    edited = remove_fake_quant(hbir.Module.parse(TABLED), [0, 2])
+    ops = [op for op in edited.module.op.walk() if op.name == "hbir.sigmoid"]
+    assert ops[0].lut_config() is None
+    assert ops[0].num_tables.value.data == 162  # what the torch module asked for
+    # Independent reference: torch's float sigmoid, relu, then the output grid.
+    ref = torch.fake_quantize_per_tensor_affine(
+        torch.relu(torch.sigmoid(torch.from_numpy(x))), 1 / 64, 0, -128, 127
+    ).numpy()
+    out = edited["forward"].feed({"_input_0": x})["_output_0"]
+    np.testing.assert_array_equal(out, ref)
+    # Converted, the sigmoid is a CPU island computing the same float function.
+    quantized = hbir.convert(edited, "nash-e")
+    assert "hbir.lut" not in quantized.module.get_asm()
+    got = quantized["forward"].feed({"_input_0": x})["_output_0"]
+    np.testing.assert_array_equal(got, ref)

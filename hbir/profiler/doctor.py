@@ -1,0 +1,656 @@
+"""``diagnose``: the first stage pair beyond its contract, its first op, and the cause.
+
+Runs every stage the user has on each input batch (one batch in memory at a
+time), compares neighbours layer by layer (``compare.Comparison``, aligned by
+origin), and checks each pair against its contract (``stages.CONTRACTS``). For the
+first pair that breaks it, the first op (in execution order) whose output breaks
+it is named with its ID in ``qat.bc`` (what ``bc_editor`` takes), its torch
+origin and source line, and one cause from ``CAUSES``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from hbir.profiler import nv12
+from hbir.profiler import origin as og
+from hbir.profiler import stages as st
+from hbir.profiler.compare import Comparison
+
+CAUSES = (
+    "lookup-table approximation",
+    "requantization tie",
+    "float CPU island",
+    "graph mismatch",
+    "input preprocessing or layout",
+    "march limit",
+    "tool bug",
+)
+# Torch calls that export or convert may fold away (moves, stubs): their absence
+# in a later stage is not a graph mismatch.
+_MAY_VANISH = (
+    "DeQuantStub",
+    "QuantStub",
+    "flatten",
+    "view",
+    "reshape",
+    "permute",
+    "transpose",
+    "getitem",
+    "unsqueeze",
+    "squeeze",
+    "contiguous",
+    "Identity",
+    "Dropout",
+)
+
+
+@dataclass
+class Finding:
+    """The first op of a stage pair beyond its contract, and why."""
+
+    baseline: str
+    analysis: str
+    layer: str  # "<path>#<call>"
+    torch_op: str
+    op_id: int | None  # %N in qat.bc
+    analysis_op_id: int | None  # %N in the analysis model, if HBIR
+    hbir_op: str
+    source: str  # torch file:line
+    cause: str
+    detail: str
+    lsb: float | None = None  # an input finding: the block difference in levels
+    # An input finding (the NV12 stage): the input the op was inserted on, the
+    # op's location, and the qat.bc op (of the input's QuantStub) op_id names.
+    input: str | None = None
+    location: str = ""
+    baseline_op: str = ""
+
+
+@dataclass
+class PairResult:
+    baseline: str
+    analysis: str
+    contract: str
+    within: bool
+    output_atol: list[float]
+    worst_lsb: float
+    layers: list[dict] = field(default_factory=list)
+    histogram: list[int] = field(default_factory=list)
+    # The nv12 contract: per input, the entering codes' difference in levels
+    # (profiler/nv12.py's InputDiff).
+    inputs: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Diagnosis:
+    pairs: list[PairResult]
+    finding: Finding | None
+    batches: int
+    stages: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return self.finding is None
+
+    def text(self) -> str:
+        """One screen: every pair's verdict, then the finding."""
+        lines = [
+            f"hbir doctor: {self.batches} batch(es), stages: "
+            + " -> ".join(self.stages)
+        ]
+        for p in self.pairs:
+            verdict = "within contract" if p.within else "BEYOND CONTRACT"
+            atol = max(p.output_atol, default=0.0)
+            lines.append(
+                f"  {p.baseline:>13} -> {p.analysis:<13} [{p.contract}] "
+                f"{verdict}: output max|diff| {atol:.6g}, worst layer "
+                f"{p.worst_lsb:.3g} LSB"
+            )
+        f = self.finding
+        if f is None:
+            lines.append("every stage is within its contract")
+            return "\n".join(lines)
+        if f.input is not None:
+            lines += [
+                f"first stage pair beyond contract: {f.baseline} -> {f.analysis}",
+                f"first op: %{f.analysis_op_id} '{f.hbir_op}' in {f.analysis}, "
+                f"inserted on input '{f.input}' (location: {f.location})",
+                f"  feeds {f.layer} ({f.torch_op}): "
+                + ", ".join(
+                    part
+                    for part in (
+                        f"%{f.op_id} '{f.baseline_op}' in qat.bc"
+                        if f.op_id is not None
+                        else "",
+                        f"torch source {f.source}" if f.source else "",
+                    )
+                    if part
+                ),
+                f"cause: {f.cause}: {f.detail}",
+            ]
+            return "\n".join(lines)
+        op = f"%{f.op_id}" if f.op_id is not None else "(not in qat.bc)"
+        lines += [
+            f"first stage pair beyond contract: {f.baseline} -> {f.analysis}",
+            f"first op: {op} in qat.bc '{f.hbir_op}' <- {f.layer} ({f.torch_op})",
+            f"  torch source: {f.source or 'unknown'}",
+        ]
+        if f.analysis_op_id is not None and f.analysis != "qat.bc":
+            lines.append(f"  in {f.analysis}: %{f.analysis_op_id}")
+        lines.append(f"cause: {f.cause}: {f.detail}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "batches": self.batches,
+            "stages": self.stages,
+            "pairs": [asdict(p) for p in self.pairs],
+            "finding": asdict(self.finding) if self.finding else None,
+            "causes": list(CAUSES),
+        }
+
+
+def _batches(data: Iterable) -> Iterable[tuple]:
+    for item in data:
+        yield tuple(item) if isinstance(item, tuple | list) else (item,)
+
+
+def diagnose(
+    qat_model,
+    data: Iterable,
+    march: str = "nash-e",
+    *,
+    qat_bc=None,
+    quantized_bc=None,
+    nv12_quantized_bc=None,
+    nv12_data: Iterable | None = None,
+    out_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> Diagnosis:
+    """Find the first stage pair beyond contract, its first op and the cause.
+
+    ``qat_model`` is the prepared model (``qat.pt``, in VALIDATION); ``data`` an
+    iterable of input tuples (or tensors) with the exported batch size. Stages not
+    given are made: ``pre_export(qat_model)``, ``export(qat_model, first batch)``,
+    ``hbir.convert(qat_bc, march)``. With ``out_dir``, ``report.json`` and
+    ``report.html`` are written there.
+
+    ``nv12_quantized_bc`` (qat.bc with camera nodes inserted, converted) joins the
+    road after quantized.bc; ``nv12_data`` then yields the same frames as ``data``
+    as NV12 planes, batch for batch: tuples in the order of its inputs, e.g. the
+    ``(y, uv)`` of ``hbir.data.rgb_to_nv12``. Its contract with quantized.bc is
+    checked by ``profiler/nv12.py``.
+    """
+    import hbir
+    from hbir.quantization import export, pre_export
+
+    if (nv12_quantized_bc is None) != (nv12_data is None):
+        raise st.StageError(
+            "diagnose: the NV12 stage needs both nv12_quantized_bc and nv12_data "
+            "(the NV12 planes of the same frames as data)"
+        )
+    it = iter(_batches(data))
+    first = next(it, None)
+    if first is None:
+        raise st.StageError("diagnose: data is empty: give at least one input batch")
+    if qat_bc is None:
+        qat_bc = export(qat_model, first)
+    fresh = hbir.convert(qat_bc, march)
+    if quantized_bc is None:
+        quantized_bc = fresh
+    func = qat_bc["forward"].op
+    grids = og.fake_quant_grids(func)
+    road = [
+        st.Stage("qat.pt", qat_model),
+        st.Stage("qat.export.pt", pre_export(qat_model)),
+        st.Stage("qat.bc", qat_bc),
+        st.Stage("quantized.bc", quantized_bc, grids),
+    ]
+    planes = None
+    if nv12_quantized_bc is not None:
+        road[-1] = nv12.EntryStage("quantized.bc", quantized_bc, grids)
+        road.append(nv12.Nv12Stage("nv12_quantized.bc", nv12_quantized_bc, grids))
+        planes = iter(_batches(nv12_data))
+    nv12_check = nv12.Nv12Check()
+    pairs = list(zip(road, road[1:], strict=False))
+    comparisons = [Comparison() for _ in pairs]
+    lut_errors: dict[tuple[str, int], tuple[float, int, int]] = {}
+    unexplained: dict[tuple[str, int], float] = {}
+    count = 0
+    batches = _progress([first], it, progress)
+    for inputs in batches:
+        feeds = [inputs] * len(road)
+        if planes is not None:
+            feeds[-1] = _next_planes(planes, count)
+        records = [s.record(x) for s, x in zip(road, feeds, strict=True)]
+        for (a, b), comp, ra, rb in zip(
+            pairs, comparisons, records, records[1:], strict=False
+        ):
+            comp.add(ra, rb, grids)
+            kind = st.contract(a.name, b.name)
+            if kind == "lut":
+                _lut_local_errors(a.model, b.model, ra, inputs, lut_errors)
+                _unexplained(a.model, b.model, ra, rb, unexplained)
+            elif kind == "nv12":
+                nv12_check.add(a, b, ra, rb, inputs)
+        count += 1
+    if planes is not None and next(planes, None) is not None:
+        raise st.StageError(
+            f"diagnose: nv12_data has more batches than data ({count}): give the "
+            "NV12 planes of the same frames, batch for batch"
+        )
+    results, finding = [], None
+    ids = {k: _op_id(func, op) for k, op in main_ops(func).items()}
+    origins = {k: og.origin_of(op) for k, op in og.layer_ops(func).items()}
+    for (a, b), comp in zip(pairs, comparisons, strict=True):
+        kind = st.contract(a.name, b.name)
+        problem = _first_problem(
+            kind, a, b, comp, (lut_errors, unexplained, nv12_check), quantized_bc, fresh
+        )
+        results.append(
+            _pair_result(a.name, b.name, kind, comp, problem is None, ids, origins)
+        )
+        if kind == "nv12":
+            results[-1].inputs = [asdict(d) for d in nv12_check.inputs.values()]
+        if problem is not None and finding is None:
+            key, cause, detail, lsb = problem
+            if isinstance(key, nv12.Entry):
+                finding = _input_finding(a, b, key, cause, detail, lsb, ids, func)
+            else:
+                finding = _finding(a, b, key, cause, detail, lsb, comp, ids, func)
+    diagnosis = Diagnosis(results, finding, count, [s.name for s in road])
+    if out_dir is not None:
+        from hbir.profiler.report import write_report
+
+        write_report(diagnosis, out_dir)
+    return diagnosis
+
+
+def _next_planes(planes, index: int) -> tuple:
+    batch = next(planes, None)
+    if batch is None:
+        raise st.StageError(
+            f"diagnose: nv12_data has {index} batch(es), data has more: give the "
+            "NV12 planes of the same frames, batch for batch"
+        )
+    return batch
+
+
+def _input_finding(a, b, entry, cause, detail, lsb, ids, func) -> Finding:
+    """A finding at the NV12 model's ``hbir.image_preprocess``: its ID there, the
+    input it was inserted on, and the torch call that input feeds (the QuantStub
+    whose ID in qat.bc bc_editor takes)."""
+    from xdsl.dialects.builtin import UnknownLoc
+
+    from hbir.dialects.op_ids import op_ids
+
+    pre = entry.preprocess
+    analysis_id = {op: n for n, op in op_ids(b.function.op).items()}.get(pre)
+    quantize = nv12.plain_entries(a.function).get(entry.input)
+    origin = og.origin_of(quantize.tap) if quantize is not None else None
+    key = origin.key if origin is not None else None
+    loc = pre.location
+    where = (
+        "unknown (inserted by insert_image_preprocess)"
+        if isinstance(loc, UnknownLoc)
+        else str(loc)
+    )
+    op = main_ops(func).get(key) if key is not None else None
+    return Finding(
+        a.name,
+        b.name,
+        og.key_text(key) if key is not None else entry.input,
+        origin.torch_op if origin else "",
+        ids.get(key),
+        analysis_id,
+        pre.name,
+        origin.source if origin else "",
+        cause,
+        detail,
+        lsb,
+        input=entry.input,
+        location=where,
+        baseline_op=op.name if op is not None else "",
+    )
+
+
+def _progress(head, rest, enabled):
+    import itertools
+
+    stream = itertools.chain(head, rest)
+    if not enabled:
+        return stream
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return stream
+    return tqdm(stream, desc="hbir doctor", unit="batch")
+
+
+def _op_id(func, op) -> int | None:
+    from hbir.dialects.op_ids import op_ids
+
+    for n, o in op_ids(func).items():
+        if o is op:
+            return n
+    return None
+
+
+def main_ops(func) -> dict:
+    """Per origin, the op that computes it: the last op of that origin outside
+    the qnt dialect (a conv, not the fake quant of its output), else its last op."""
+    from hbir.dialects.hbir import ConstantOp
+
+    found = dict(og.layer_ops(func))
+    for op in func.body.block.ops:
+        origin = og.origin_of(op)
+        if origin is None or not op.results or isinstance(op, ConstantOp):
+            continue
+        if not op.name.startswith("qnt."):
+            found[origin.key] = op
+    return found
+
+
+def _pair_result(a, b, kind, comp: Comparison, within, ids, origins) -> PairResult:
+    lsbs = [d.lsb for d in comp.layers.values() if d.lsb is not None]
+    hist = np.zeros(21, np.int64)
+    for d in comp.layers.values():
+        hist += d.hist
+    rows = []
+    for d in comp.layers.values():
+        rows.append(
+            {
+                "layer": d.name,
+                "op_id": ids.get(d.key),
+                "analysis_op_id": d.op_id,
+                "op_type": d.analy_op_type,
+                "source": d.source
+                or (origins[d.key].source if origins.get(d.key) else ""),
+                "atol": d.atol,
+                "lsb": d.lsb,
+                "cosine": d.cosine,
+            }
+        )
+    return PairResult(
+        a,
+        b,
+        kind,
+        within,
+        list(comp.output_atol),
+        max(lsbs, default=0.0),
+        rows,
+        hist.tolist(),
+    )
+
+
+# ------------------------------------------------------------------ contracts
+
+
+def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
+    """(key, cause, detail, lsb) of the first op beyond the contract, or None."""
+    lut_errors, unexplained, nv12_check = lut_checks
+    vanished = [
+        k
+        for k, t in comp.only_baseline.items()
+        if not t.endswith(_MAY_VANISH) and not t.split("[")[0].endswith(_MAY_VANISH)
+    ]
+    order = list(comp.layers) + list(comp.only_analysis)
+    differs = any(d.atol > 0 or d.mismatch for d in comp.layers.values())
+    if comp.only_analysis or (vanished and differs):
+        extra = next(iter(comp.only_analysis), None)
+        if extra is not None:
+            layer = comp.only_analysis[extra]
+            return (
+                extra,
+                "graph mismatch",
+                f"{og.key_text(extra)} ({layer.op_type}) is in {b.name} but not in "
+                f"{a.name}: the exported graph is not the QAT model's (a branch on "
+                "a flag such as `if deploy:`, or a different model was exported)",
+                None,
+            )
+        key = vanished[0]
+        return (
+            key,
+            "graph mismatch",
+            f"{og.key_text(key)} ({comp.only_baseline[key]}) is in {a.name} but "
+            f"not in {b.name}",
+            None,
+        )
+    if kind == "nv12":
+        return nv12_check.problem(a.name, b.name, b, order)
+    if kind == "lut":
+        for key in comp.layers:
+            if key in unexplained:
+                return (
+                    key,
+                    "tool bug",
+                    f"{og.key_text(key)} is not a table op and differs by "
+                    f"{unexplained[key]:g} between {a.name} and {b.name} on the "
+                    "same inputs: only table ops may differ there",
+                    comp.layers[key].lsb,
+                )
+            if key in lut_errors:
+                lsb, bits, tables = lut_errors[key]
+                bound = st.LUT_BOUND_LSB.get(bits, 1.0)
+                # Both sides are rounded to the output grid: the float function's
+                # rounding adds up to half an LSB to the table's bound.
+                if lsb > bound + 0.5:
+                    return (
+                        key,
+                        "lookup-table approximation",
+                        f"the table of {og.key_text(key)} (num_tables={tables}) is "
+                        f"{lsb:g} LSB from its float function on the same input "
+                        f"(bound {bound:g} LSB for int{bits} outputs); raise "
+                        "num_tables",
+                        lsb,
+                    )
+        return None
+    for key in order:
+        d = comp.layers.get(key)
+        if d is None or not (d.atol > 0 or d.mismatch):
+            continue
+        if b.name == "quantized.bc":
+            cause, detail = _convert_cause(key, d, quantized, fresh)
+        else:
+            cause, detail = (
+                "tool bug",
+                f"{og.key_text(key)} differs by {d.atol:g} between {a.name} and "
+                f"{b.name}, which must be bit-identical",
+            )
+        return key, cause, detail, d.lsb
+    if any(x > 0 for x in comp.output_atol):
+        return (
+            None
+            if kind != "exact"
+            else (
+                next(iter(comp.layers), ("?", 0)),
+                "tool bug",
+                "the outputs differ while every aligned layer is identical",
+                None,
+            )
+        )
+    return None
+
+
+def _convert_cause(key, d, quantized, fresh) -> tuple[str, str]:
+    """Why quantized.bc differs from qat.bc at ``key``."""
+    from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
+
+    func = quantized["forward"].op
+    mine = [op for op in func.walk() if (o := og.origin_of(op)) and o.key == key]
+    for op in mine:
+        if op_device(op) == "cpu":
+            reason = op.attributes.get(ATTR_CPU_REASON)
+            if reason is not None:
+                return "march limit", f"'{op.name}' runs on the CPU: {reason.data}"
+            return (
+                "float CPU island",
+                f"'{op.name}' runs in float on the CPU (no fake quantization "
+                "around it): its float result is not qat.bc's fixed-point one",
+            )
+    ref_func = fresh["forward"].op
+    theirs = [op for op in ref_func.walk() if (o := og.origin_of(op)) and o.key == key]
+    ids = {op: n for n, op in _ids(func).items()}
+    for mine_op, ref_op in zip(mine, theirs, strict=False):
+        changed = _changed_property(mine_op, ref_op)
+        if changed:
+            return (
+                "tool bug",
+                f"%{ids.get(mine_op)} '{mine_op.name}' in quantized.bc has "
+                f"{changed}, but convert makes it from qat.bc with a different value: "
+                "a corrupted or stale constant (re-run hbir.convert)",
+            )
+    lsb = d.lsb
+    if lsb is not None and lsb <= 1.0:
+        return (
+            "requantization tie",
+            f"{og.key_text(key)} differs by 1 LSB: a value exactly between two "
+            "codes rounded the other way",
+        )
+    return (
+        "tool bug",
+        f"{og.key_text(key)} differs by {d.atol:g}"
+        + (f" ({lsb:g} LSB)" if lsb is not None else "")
+        + " and no named cause explains it",
+    )
+
+
+def _ids(func):
+    from hbir.dialects.op_ids import op_ids
+
+    return op_ids(func)
+
+
+def _changed_property(a, b) -> str:
+    if a.name != b.name:
+        return ""
+    for name, value in a.properties.items():
+        other = b.properties.get(name)
+        if other is not None and str(other) != str(value):
+            text = str(value)
+            return f"{name} = {text[:60]}{'...' if len(text) > 60 else ''}"
+    return ""
+
+
+def _lut_local_errors(pt_model, export_model, record, inputs, errors) -> None:
+    """Each table op of ``export_model`` on ``pt_model``'s own input for it: the
+    table's error alone (in LSB of its output grid), worst over batches."""
+    import torch
+
+    from hbir.quantization.lut_modules import LutModule
+
+    keys = og.torch_keys(pt_model)
+    for node, key in keys.items():
+        if node.op != "call_module":
+            continue
+        module = export_model.get_submodule(node.target)
+        if not isinstance(module, LutModule) or key not in record.layers:
+            continue
+        args = node.all_input_nodes
+        if len(args) != 1 or keys.get(args[0]) not in record.layers:
+            continue
+        x = torch.from_numpy(record.layers[keys[args[0]]].value)
+        fq = module.activation_post_process
+        scale = float(fq.scale.reshape(-1)[0])
+        with torch.no_grad():
+            y = module(x).float().numpy()
+        lsb = float(np.max(np.abs(y - record.layers[key].value), initial=0.0)) / scale
+        worst = errors.get(key, (0.0, 0, 0))[0]
+        errors[key] = (max(worst, lsb), fq.dtype.bits, module.num_tables)
+
+
+def _unexplained(pt_model, export_model, ra, rb, found) -> None:
+    """Ops other than table ops whose output differs while their inputs do not."""
+    from hbir.quantization.lut_modules import LutModule
+
+    keys = og.torch_keys(pt_model)
+    for node, key in keys.items():
+        la, lb = ra.layers.get(key), rb.layers.get(key)
+        if la is None or lb is None or np.array_equal(la.value, lb.value):
+            continue
+        if node.op == "call_module" and isinstance(
+            export_model.get_submodule(node.target), LutModule
+        ):
+            continue
+        inputs = [keys.get(n) for n in node.all_input_nodes]
+        if all(
+            k is None
+            or k not in ra.layers
+            or k not in rb.layers
+            or np.array_equal(ra.layers[k].value, rb.layers[k].value)
+            for k in inputs
+        ):
+            diff = float(np.max(np.abs(la.value - lb.value), initial=0.0))
+            found[key] = max(found.get(key, 0.0), diff)
+
+
+def _finding(a, b, key, cause, detail, lsb, comp, ids, func) -> Finding:
+    ops = main_ops(func)
+    op = ops.get(key)
+    origin = og.origin_of(op) if op is not None else None
+    d = comp.layers.get(key)
+    extra = comp.only_analysis.get(key)
+    if origin is None and extra is not None:
+        origin = extra.origin
+    analysis_id = d.op_id if d is not None else (extra.op_id if extra else None)
+    return Finding(
+        a.name,
+        b.name,
+        og.key_text(key),
+        origin.torch_op if origin else (d.base_op_type if d else ""),
+        ids.get(key),
+        analysis_id if b.kind == "hbir" else None,
+        op.name if op is not None else "",
+        origin.source if origin else "",
+        cause,
+        detail,
+        lsb,
+    )
+
+
+def load_inputs(path: str) -> list[tuple]:
+    """Input batches from a ``torch.save`` file: a tensor (one batch), a tuple of
+    tensors (one batch of a multi-input model), or a list of those."""
+    import torch
+
+    from hbir.diagnostics import HbirFileError
+
+    try:
+        value = torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError) as e:
+        raise HbirFileError(f"{path}: cannot read input batches: {e}") from None
+    if isinstance(value, torch.Tensor):
+        return [(value,)]
+    if isinstance(value, tuple):
+        return [value]
+    if isinstance(value, list) and value:
+        return [tuple(v) if isinstance(v, tuple | list) else (v,) for v in value]
+    raise HbirFileError(
+        f"{path}: expected a tensor, a tuple of tensors or a list of batches, "
+        f"got {type(value).__name__}"
+    )
+
+
+def load_qat_model(path: str):
+    """A prepared model saved with ``torch.save(qat, "qat.pt")``."""
+    import torch
+    from torch import fx
+
+    from hbir.diagnostics import HbirFileError
+
+    try:
+        model = torch.load(path, weights_only=False)
+    except (OSError, RuntimeError, EOFError, ModuleNotFoundError) as e:
+        raise HbirFileError(f"{path}: cannot read the QAT model: {e}") from None
+    if not isinstance(model, fx.GraphModule):
+        raise HbirFileError(
+            f"{path}: expected the prepared model (torch.save of what "
+            f"hbir.quantization.prepare returned), got {type(model).__name__}"
+        )
+    return model.eval()

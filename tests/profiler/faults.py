@@ -1,0 +1,168 @@
+"""The planted faults of the analysis tests, each on a zoo model.
+
+(a) a lookup-table op with too few tables, (b) an ``if deploy:`` branch that
+changes the exported graph, (c) a corrupted requantization constant in
+quantized.bc, (d) a wrong ``insert_image_preprocess`` mode in nv12_quantized.bc.
+Each returns what a user would have: the QAT model, data, and the artifacts, plus
+what the tools must find.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import zoo
+import zoo_stages
+from xdsl.dialects.builtin import DenseArrayBase, i64
+
+import hbir
+from hbir.data import rgb_to_nv12
+from hbir.dialects import qnt
+from hbir.profiler.origin import origin_of
+from hbir.quantization import export
+
+BATCH = 2  # the batch size export fixes
+
+
+def data(name: str, count: int = 2, seed: int = 7) -> list[tuple[torch.Tensor, ...]]:
+    return zoo.batches(name, count, batch=BATCH, seed=seed)
+
+
+def zoo_line(text: str) -> int:
+    """The line of tests/zoo.py holding ``text`` (the torch source of an op)."""
+    lines = open(zoo.__file__).read().splitlines()
+    (row,) = [i + 1 for i, line in enumerate(lines) if text in line]
+    return row
+
+
+def few_tables(tmp_path):
+    """(a) The transformer's second layer norm's rsqrt (int16) with 6 tables."""
+    qat, example = zoo_stages.calibrated("transformer", tmp_path)
+    qat.get_submodule("norm2.rsqrt").num_tables = 6
+    return qat, export(qat, example)
+
+
+class DeployResNet(zoo.ResNetLike):
+    """ResNetLike whose forward clamps the features when deploying."""
+
+    deploy = False
+
+    def forward(self, x):
+        x = self.pool(self.stem(self.quant(x)))
+        if self.deploy:
+            x = torch.clamp(x, -1.0, 1.0)  # planted: only in the exported graph
+        x = self.layer2(self.layer1(x))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.dequant(self.fc(x))
+
+
+def deploy_branch(tmp_path):
+    """(b) qat.pt trained with deploy=False, qat.bc exported with deploy=True."""
+    zoo._CLASSES["deploy_resnet"] = DeployResNet
+    try:
+        qat, example = zoo_stages.calibrated("deploy_resnet", tmp_path)
+        DeployResNet.deploy = True
+        deployed, _ = zoo_stages.calibrated("deploy_resnet", tmp_path)
+    finally:
+        DeployResNet.deploy = False
+        del zoo._CLASSES["deploy_resnet"]
+    return qat, export(deployed, example)
+
+
+PLANTED_CONV = "layer1.conv2"
+
+
+def corrupt_requantize(quantized: hbir.Module, path: str = PLANTED_CONV) -> None:
+    """(c) Lower by one the shift of the conv at ``path``'s first requantization
+    (the accumulator's, per tensor): every output of the conv doubles before its
+    bias (in place). Raises IndexError when the conv has no requantization."""
+    ops = [
+        op
+        for op in quantized.module.op.walk()
+        if isinstance(op, qnt.RequantizeOp)
+        and (o := origin_of(op)) is not None
+        and o.module_path == path
+    ]
+    op = ops[0]
+    shifts = list(op.shift.get_values())
+    shifts[0] -= 1
+    op.shift = DenseArrayBase.from_list(i64, shifts)
+
+
+def corrupted_quantized(tmp_path):
+    qat, example = zoo_stages.calibrated("resnet", tmp_path)
+    qat_bc = export(qat, example)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    corrupt_requantize(quantized)
+    return qat, qat_bc, quantized
+
+
+# ------------------------------------------------------- (d) NV12 camera input
+
+PHOTO_SIZE = 16  # the zoo resnet's input is 3 x 16 x 16
+
+
+def photo_crops(count: int, seed: int) -> np.ndarray:
+    """``count`` RGB crops (N x 16 x 16 x 3 uint8) of scikit-learn's two sample
+    photos, alternating china.jpg / flower.jpg."""
+    from sklearn.datasets import load_sample_images
+
+    images = load_sample_images().images
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        im = images[k % 2]
+        i = int(rng.integers(0, im.shape[0] - PHOTO_SIZE))
+        j = int(rng.integers(0, im.shape[1] - PHOTO_SIZE))
+        out.append(im[i : i + PHOTO_SIZE, j : j + PHOTO_SIZE])
+    return np.stack(out)
+
+
+def photo_input(rgb: np.ndarray) -> torch.Tensor:
+    """What the model is trained on: NCHW ``(rgb - 128) / 128``."""
+    return (torch.from_numpy(rgb).permute(0, 3, 1, 2).float() - 128) / 128
+
+
+@dataclass
+class Nv12Case:
+    qat: torch.nn.Module
+    qat_bc: hbir.Module
+    quantized: hbir.Module
+    nv12: hbir.Module
+    data: list  # float batches for qat.pt ... quantized.bc
+    planes: list  # the same frames as NV12 (y, uv), batch for batch
+
+
+def nv12_model(qat, example, mode, permutes=(0, 3, 1, 2)) -> hbir.Module:
+    """nv12_quantized.bc: the canonical insertion with ``mode`` and ``permutes``."""
+    qat_bc = export(qat, example)
+    for input in qat_bc.functions[0].inputs[::-1]:
+        node = input.insert_transpose(permutes=list(permutes))
+        node = node.insert_image_preprocess(
+            mode=mode, divisor=1, mean=[128] * 3, std=[128] * 3
+        )
+        node.insert_image_convert("nv12")
+    return hbir.convert(qat_bc, "nash-e")
+
+
+def nv12_case(tmp_path, mode="yuvbt601full2rgb", permutes=(0, 3, 1, 2), batches=3):
+    """(d) The zoo resnet, calibrated on 16 x 16 photo crops, deployed on NV12 with
+    ``mode`` (right: "yuvbt601full2rgb", as ``hbir.data.rgb_to_nv12`` makes
+    full-range frames)."""
+    model, _ = zoo.build("resnet")
+    calibration = photo_input(photo_crops(16, seed=1))
+    qat = zoo_stages.validated(
+        model, list(calibration.split(BATCH)), tmp_path, zoo.qconfig("resnet")
+    )
+    example = (calibration[:BATCH],)
+    qat_bc = export(qat, example)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    frames = photo_crops(BATCH * batches, seed=3)
+    data, planes = [], []
+    for k in range(0, len(frames), BATCH):
+        data.append((photo_input(frames[k : k + BATCH]),))
+        planes.append(rgb_to_nv12(frames[k : k + BATCH]))
+    nv12 = nv12_model(qat, example, mode, permutes)
+    return Nv12Case(qat, qat_bc, quantized, nv12, data, planes)

@@ -1,0 +1,173 @@
+"""hbir.profiler.diagnose: every stage within contract on the zoo, and each
+planted fault found at the right stage pair, op and cause."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import zoo
+import zoo_stages
+
+import hbir
+from hbir.profiler import diagnose
+from hbir.profiler.doctor import CAUSES
+from hbir.profiler.origin import origin_of
+
+_spec = importlib.util.spec_from_file_location(
+    "profiler_faults", Path(__file__).with_name("faults.py")
+)
+faults = importlib.util.module_from_spec(_spec)
+sys.modules["profiler_faults"] = faults
+_spec.loader.exec_module(faults)
+
+
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_an_unfaulted_zoo_model_is_within_contract_everywhere(name, tmp_path):
+    qat, _ = zoo_stages.calibrated(name, tmp_path)
+    d = diagnose(qat, faults.data(name))
+    assert d.finding is None, d.text()
+    assert [p.within for p in d.pairs] == [True, True, True]
+    assert [(p.baseline, p.analysis) for p in d.pairs] == [
+        ("qat.pt", "qat.export.pt"),
+        ("qat.export.pt", "qat.bc"),
+        ("qat.bc", "quantized.bc"),
+    ]
+    # The exact pairs are exact at every aligned layer, not only at the output.
+    for p in d.pairs[1:]:
+        assert p.layers and all(row["atol"] == 0 for row in p.layers)
+    assert "every stage is within its contract" in d.text()
+
+
+def _qat_bc_op(qat_bc, op_id):
+    from hbir.dialects.op_ids import op_ids
+
+    return op_ids(qat_bc["forward"].op)[op_id]
+
+
+def test_a_table_with_too_few_segments(tmp_path):
+    qat, qat_bc = faults.few_tables(tmp_path)
+    d = diagnose(qat, faults.data("transformer"), qat_bc=qat_bc)
+    f = d.finding
+    assert (f.baseline, f.analysis) == ("qat.pt", "qat.export.pt")
+    assert f.cause == "lookup-table approximation"
+    assert f.layer == "norm2.rsqrt#0"
+    assert "num_tables=6" in f.detail and f.lsb > 2.5
+    op = _qat_bc_op(qat_bc, f.op_id)
+    assert op.name == f.hbir_op == "hbir.rsqrt"
+    assert origin_of(op).module_path == "norm2.rsqrt"
+    line = faults.zoo_line("x = x + self.fc2(self.act(self.fc1(self.norm2(x))))")
+    assert f.source == f"tests/zoo.py:{line}"
+    assert [p.within for p in d.pairs] == [False, True, True]
+
+
+def test_a_deploy_branch_that_changes_the_exported_graph(tmp_path):
+    qat, qat_bc = faults.deploy_branch(tmp_path)
+    d = diagnose(qat, faults.data("resnet"), qat_bc=qat_bc)
+    f = d.finding
+    assert (f.baseline, f.analysis) == ("qat.export.pt", "qat.bc")
+    assert f.cause == "graph mismatch"
+    assert f.hbir_op == "hbir.clip" and "clamp" in f.layer
+    assert _qat_bc_op(qat_bc, f.op_id).name == "hbir.clip"
+    lines = Path(faults.__file__).read_text().splitlines()
+    (row,) = [i + 1 for i, t in enumerate(lines) if "x = torch.clamp(x, -1.0" in t]
+    assert f.source == f"tests/profiler/faults.py:{row}"
+
+
+def test_a_corrupted_requantization_constant(tmp_path):
+    qat, qat_bc, quantized = faults.corrupted_quantized(tmp_path)
+    d = diagnose(qat, faults.data("resnet"), qat_bc=qat_bc, quantized_bc=quantized)
+    f = d.finding
+    assert (f.baseline, f.analysis) == ("qat.bc", "quantized.bc")
+    assert f.layer == f"{faults.PLANTED_CONV}#0"
+    assert f.cause == "tool bug" and "shift" in f.detail
+    assert "corrupted" in f.detail
+    op = _qat_bc_op(qat_bc, f.op_id)
+    assert op.name == f.hbir_op == "hbir.conv2d"
+    line = faults.zoo_line("out = self.bn2(self.conv2(out))")
+    assert f.source == f"tests/zoo.py:{line}"
+    assert [p.within for p in d.pairs] == [True, True, False]
+    # The quantized.bc ID names an op of that conv in the corrupted model.
+    from hbir.dialects.op_ids import op_ids
+
+    analysis_op = op_ids(quantized["forward"].op)[f.analysis_op_id]
+    assert origin_of(analysis_op).module_path == faults.PLANTED_CONV
+
+
+def test_causes_are_the_fixed_list():
+    assert CAUSES == (
+        "lookup-table approximation",
+        "requantization tie",
+        "float CPU island",
+        "graph mismatch",
+        "input preprocessing or layout",
+        "march limit",
+        "tool bug",
+    )
+
+
+def test_empty_data_is_refused(tmp_path):
+    qat, _ = zoo_stages.calibrated("resnet", tmp_path)
+    with pytest.raises(hbir.HbirError, match="data is empty"):
+        diagnose(qat, [])
+
+
+def test_memory_does_not_grow_with_the_number_of_batches(tmp_path):
+    import tracemalloc
+
+    import hbir
+    from hbir.profiler.origin import fake_quant_grids
+    from hbir.profiler.stages import Stage
+    from hbir.quantization import export, pre_export
+
+    qat, _ = zoo_stages.calibrated("multi_io", tmp_path)
+    batch = faults.data("multi_io", 1)[0]
+    qat_bc = export(qat, batch)
+    grids = fake_quant_grids(qat_bc["forward"].op)
+    stages = [
+        Stage("qat.pt", qat),
+        Stage("qat.export.pt", pre_export(qat)),
+        Stage("qat.bc", qat_bc),
+        Stage("quantized.bc", hbir.convert(qat_bc, "nash-e"), grids),
+    ]
+    # What one batch's per-layer tensors take, in all four stages.
+    per_batch = sum(
+        layer.value.nbytes for s in stages for layer in s.record(batch).layers.values()
+    )
+    diagnose(qat, faults.data("multi_io", 2), qat_bc=qat_bc)  # warm caches
+    peaks = []
+    for count in (2, 6):
+        data = (faults.data("multi_io", 1, seed=i)[0] for i in range(count))
+        tracemalloc.start()
+        d = diagnose(qat, data, qat_bc=qat_bc)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert d.batches == count and d.ok
+    # Keeping the layers of the 4 more batches would add 4 * per_batch.
+    assert peaks[1] - peaks[0] < 2 * per_batch, (peaks, per_batch)
+
+
+def test_progress_bar(tmp_path, capsys):
+    qat, _ = zoo_stages.calibrated("multi_io", tmp_path)
+    diagnose(qat, faults.data("multi_io"), progress=True)
+    assert "hbir doctor" in capsys.readouterr().err
+
+
+def test_a_float_island_in_quantized_bc_is_named(tmp_path):
+    from hbir.bc_editor import remove_fake_quant
+    from hbir.dialects.op_ids import op_ids
+    from hbir.quantization import export
+
+    qat, example = zoo_stages.calibrated("mobilenet", tmp_path)
+    qat_bc = export(qat, example)
+    ops = op_ids(qat_bc["forward"].op)
+    (hardswish, *_) = [n for n, op in ops.items() if op.name == "hbir.hardswish"]
+    # quantized.bc made from a qat.bc whose stem hardswish was made float.
+    edited = remove_fake_quant(qat_bc, [[hardswish - 1, hardswish + 1]])
+    quantized = hbir.convert(edited, "nash-e")
+    d = diagnose(qat, faults.data("mobilenet"), qat_bc=qat_bc, quantized_bc=quantized)
+    f = d.finding
+    assert (f.baseline, f.analysis) == ("qat.bc", "quantized.bc")
+    assert f.cause == "float CPU island"
+    assert f.op_id == hardswish - 2 or f.op_id == hardswish  # the conv or the op
+    assert origin_of(_qat_bc_op(qat_bc, f.op_id)).module_path.startswith("stem")

@@ -1,0 +1,294 @@
+"""QuantAnalysis: the reference's methods and files, parsed back; two HBIR models."""
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zoo_stages
+
+import hbir
+from hbir.profiler.bisect import hbir_outputs
+from hbir.profiler.quant_analysis import QuantAnalysis, QuantAnalysisError
+from hbir.profiler.stages import StageError
+from hbir.profiler.tables import parse_psql
+from hbir.quantization import export
+from hbir.quantization.fake_quantize import FakeQuantize
+
+_spec = importlib.util.spec_from_file_location(
+    "profiler_faults", Path(__file__).with_name("faults.py")
+)
+faults = importlib.util.module_from_spec(_spec)
+sys.modules["profiler_faults"] = faults
+_spec.loader.exec_module(faults)
+
+COMPARE_COLUMNS = [
+    "",
+    "mod_name",
+    "base_op_type",
+    "analy_op_type",
+    "shape",
+    "quant_dtype",
+    "qscale",
+    "Cosine",
+    "L1",
+    "Atol",
+    "max_qscale_diff",
+    "base_model_min",
+    "analy_model_min",
+    "base_model_max",
+    "analy_model_max",
+    "base_model_mean",
+    "analy_model_mean",
+]
+STATISTIC_COLUMNS = [
+    "Index",
+    "Op Name",
+    "Mod Name",
+    "Attr",
+    "Dtype",
+    "Scale",
+    "Min",
+    "Max",
+    "Mean",
+    "Var",
+    "Shape",
+]
+
+
+@pytest.fixture(scope="module")
+def corrupted(tmp_path_factory):
+    return faults.corrupted_quantized(tmp_path_factory.mktemp("qa"))
+
+
+def test_two_hbir_models_per_layer_and_sensitivity(corrupted, tmp_path):
+    _, qat_bc, quantized = corrupted
+    qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+    qa.auto_find_bad_case(faults.data("resnet", 3), metric="L1")
+    qa.run()
+    rows = qa.compare_per_layer()
+    table = parse_psql((tmp_path / "compare_per_layer_out.txt").read_text())
+    text = (tmp_path / "compare_per_layer_out.txt").read_text()
+    header = [c.strip() for c in text.splitlines()[1].strip("|").split("|")]
+    assert header == COMPARE_COLUMNS
+    assert len(table) == len(rows) > 5
+    by_name = {r["mod_name"]: r for r in table}
+    planted = by_name[f"{faults.PLANTED_CONV}#0"]
+    assert float(planted["max_qscale_diff"]) > 1
+    assert planted["analy_op_type"].endswith("[qnt.requantize]")
+    # Every layer before the corrupted conv is identical (aligned by origin).
+    names = [r["mod_name"] for r in table]
+    for name in names[: names.index(planted["mod_name"])]:
+        assert float(by_name[name]["Atol"]) == 0.0, name
+    csv = (tmp_path / "compare_per_layer_out.csv").read_text().splitlines()
+    assert csv[0].split(", ") == COMPARE_COLUMNS[1:]
+    assert len(csv) == len(rows) + 1
+    for side in ("baseline_model", "analysis_model"):
+        stat = (tmp_path / side / "statistic.txt").read_text()
+        assert [c.strip() for c in stat.splitlines()[1].strip("|").split("|")] == (
+            STATISTIC_COLUMNS
+        )
+    badcase = (tmp_path / "badcase.txt").read_text()
+    for title in (
+        "The bad case input index of each output:",
+        "The metric results of each badcase:",
+        "The bad case input index of the worst output:",
+    ):
+        assert title in badcase
+    assert badcase.splitlines()[1].split() == [
+        "Name/Index",
+        "Cosine",
+        "MSE",
+        "L1",
+        "KL",
+        "SQNR",
+    ]
+    assert (tmp_path / "badcase.pt").exists()
+    assert (tmp_path / "all_badcase_info.pt").exists()
+    assert (tmp_path / "abnormal_layer_advisor.txt").exists()
+
+    result = qa.sensitivity(metric="L1")
+    (name,) = result
+    rows = result[name]
+    # The float fallback of the corrupted conv removes the most error: first.
+    assert rows[0][0] == f"{faults.PLANTED_CONV}#0" and rows[0][1] == "exact"
+    txt = (tmp_path / f"output_{name}_L1_sensitive_ops.txt").read_text()
+    assert txt.splitlines()[0].split() == [
+        "op_name",
+        "sensitive_type",
+        "op_type",
+        "L1",
+        "quant_dtype",
+        "flops",
+    ]
+    # flops: the conv's multiply-adds, from its shapes (batch 2, 8 -> 8 channels,
+    # 3x3, on the 8x8 map after the stem's max pool).
+    assert rows[0][5] == f"{2 * 8 * 8 * 8 * (8 * 3 * 3)}" + rows[0][5][5:]
+    assert rows[0][5].endswith("%)")
+    shares = [float(r[5].split("(")[1].rstrip("%)")) for r in rows]
+    assert sum(shares) == pytest.approx(100, abs=0.05)
+    saved = torch.load(tmp_path / f"output_{name}_L1_sensitive_ops.pt")
+    assert [r[0] for r in saved] == [r[0] for r in rows]
+    # Parallel processes give the same table.
+    assert qa.sensitivity(metric="L1", workers=2)[name] == rows
+
+
+def test_fake_quant_sensitivity_toggles_one_quantizer_at_a_time(tmp_path):
+    qat, _ = zoo_stages.calibrated("mobilenet", tmp_path)
+    float_model = copy.deepcopy(qat)
+    for m in float_model.modules():
+        if isinstance(m, FakeQuantize):
+            m.enable_fake_quant(False)
+    qa = QuantAnalysis(float_model, qat, "fake_quant", out_dir=str(tmp_path / "o"))
+    batch = faults.data("mobilenet", 1)[0]
+    qa.set_bad_case(batch)
+    rows = qa.sensitivity(metric="Cosine")["output_0"]
+    kinds = {r[1] for r in rows}
+    assert kinds == {"activation", "weight"}
+    values = [r[3] for r in rows]
+    assert values == sorted(values)  # Cosine: the most sensitive (lowest) first
+    conv = qat.get_submodule("stem.0.0")
+    macs = 2 * 8 * 8 * 8 * int(np.prod(conv.weight.shape[1:]))  # stride 2: 8x8
+    stem = [r for r in rows if r[0] == "stem.0.0"]
+    assert stem and all(r[5].startswith(f"{macs}(") for r in stem)
+    # One row checked by hand: only that weight's fake quant on.
+    label, kind = next((r[0], r[1]) for r in rows if r[1] == "weight")
+    for m in float_model.modules():
+        if isinstance(m, FakeQuantize):
+            m.enable_fake_quant(False)
+    model = copy.deepcopy(float_model)
+    model.get_submodule(label).weight_fake_quant.enable_fake_quant(True)
+    with torch.no_grad():
+        ref = torch.nn.CosineSimilarity(dim=0)(
+            float_model(*batch).flatten().double(), model(*batch).flatten().double()
+        )
+    got = next(r[3] for r in rows if r[0] == label and r[1] == kind)
+    assert got == pytest.approx(float(ref), abs=1e-9)
+    # All quantizers are back on afterwards.
+    assert all(
+        bool(m.fake_quant_enabled[0])
+        for m in qat.modules()
+        if isinstance(m, FakeQuantize)
+    )
+
+
+def test_bad_case_round_trip_and_clean(corrupted, tmp_path):
+    qat, qat_bc, _ = corrupted
+    out = tmp_path / "qa"
+    qa = QuantAnalysis(qat, qat_bc, "export", out_dir=str(out))
+    data = faults.data("resnet", 3)
+    qa.auto_find_bad_case(data, num_steps=2)
+    index = qa.bad_case_index
+    assert index in (0, 1)
+    other = QuantAnalysis(qat, qat_bc, "export", out_dir=str(out))
+    other.load_bad_case()
+    for a, b in zip(other.bad_case, data[index], strict=True):
+        np.testing.assert_array_equal(a, b)
+    qa.clean()
+    assert not out.exists()
+
+
+def test_wrong_uses_are_refused(corrupted, tmp_path):
+    qat, qat_bc, quantized = corrupted
+    with pytest.raises(QuantAnalysisError, match="expected one of"):
+        QuantAnalysis(qat, qat_bc, "hbir", out_dir=str(tmp_path))
+    with pytest.raises(StageError, match="model.hbm"):
+        QuantAnalysis(qat, qat_bc, "compile", out_dir=str(tmp_path))
+    qa = QuantAnalysis(qat, quantized, "convert", out_dir=str(tmp_path))
+    with pytest.raises(QuantAnalysisError, match="no bad case"):
+        qa.run()
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    if importlib.util.find_spec("ray") is None:
+        with pytest.raises(QuantAnalysisError, match="needs ray: pip install ray"):
+            two_hbir = QuantAnalysis(
+                qat_bc, quantized, "convert", out_dir=str(tmp_path)
+            )
+            two_hbir.set_bad_case(faults.data("resnet", 1)[0])
+            two_hbir.sensitivity(backend="ray", workers=2)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="ray is not installed"
+)
+def test_ray_backend_gives_the_process_result(corrupted, tmp_path):
+    _, qat_bc, quantized = corrupted
+    qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    assert qa.sensitivity(workers=2, backend="ray") == qa.sensitivity()
+
+
+def test_an_exported_model_is_analysed_against_its_qat_model(corrupted, tmp_path):
+    qat, qat_bc, _ = corrupted
+    qa = QuantAnalysis(
+        qat,
+        hbir.Module.parse(qat_bc.module.get_asm(enable_debug_info=True)),
+        "export",
+        out_dir=str(tmp_path),
+    )
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    rows = qa.compare_per_layer()
+    assert rows and all(r["Atol"] == 0.0 for r in rows)  # export is exact
+    assert export  # the fixture's qat.bc came from export
+
+
+def test_bad_case_search_in_processes_finds_the_same_case(corrupted, tmp_path):
+    _, qat_bc, quantized = corrupted
+    data = faults.data("resnet", 6, seed=11)
+    found = []
+    for workers in (1, 2):
+        qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+        qa.auto_find_bad_case(iter(data), metric="Cosine", workers=workers)
+        found.append((qa.bad_case_index, (tmp_path / "badcase.txt").read_text()))
+    assert found[0] == found[1]
+    # The index is the batch with the lowest output cosine, computed here.
+    cosines = [
+        torch.nn.CosineSimilarity(dim=0)(
+            torch.from_numpy(hbir_outputs(qat_bc, b)[0]).flatten().double(),
+            torch.from_numpy(hbir_outputs(quantized, b)[0]).flatten().double(),
+        )
+        for b in data
+    ]
+    assert found[0][0] == int(np.argmin(cosines))
+
+
+def test_bad_case_search_keeps_only_the_worst_batches(corrupted, tmp_path, capsys):
+    _, qat_bc, quantized = corrupted
+    qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+    qa.auto_find_bad_case(iter(faults.data("resnet", 9, seed=4)), progress=True)
+    # One output, five metrics: at most five batches are held.
+    assert len(qa.bad_info[2]) <= 5
+    assert "auto_find_bad_case" in capsys.readouterr().err  # the tqdm bar
+
+
+def test_the_default_pipeline_writes_every_file(corrupted, tmp_path):
+    from hbir.profiler.quant_analysis import analyse
+
+    _, qat_bc, quantized = corrupted
+    analyse(qat_bc, quantized, "convert", faults.data("resnet", 2), str(tmp_path))
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {
+        "badcase.txt",
+        "badcase.pt",
+        "all_badcase_info.pt",
+        "compare_per_layer_out.txt",
+        "compare_per_layer_out.csv",
+        "abnormal_layer_advisor.txt",
+        "output__output_0_L1_sensitive_ops.txt",
+        "output__output_0_L1_sensitive_ops.pt",
+        "baseline_model",
+        "analysis_model",
+    } <= names
+
+
+def test_quantized_against_qat_pt_per_layer_and_sensitivity(corrupted, tmp_path):
+    qat, _, quantized = corrupted
+    qa = QuantAnalysis(qat, quantized, "convert", out_dir=str(tmp_path))
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    rows = {r["mod_name"]: r for r in qa.compare_per_layer()}
+    assert rows["quant#0"]["Atol"] == 0.0  # codes dequantized with qat.pt's grid
+    assert rows[f"{faults.PLANTED_CONV}#0"]["max_qscale_diff"] > 1
+    (table,) = qa.sensitivity(metric="Atol").values()
+    assert table[0][:2] == [f"{faults.PLANTED_CONV}#0", "exact"]

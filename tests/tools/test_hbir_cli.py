@@ -1,0 +1,150 @@
+"""``hbir doctor`` as a user runs it: files in, one screen out, report files."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import zoo_stages
+
+import hbir
+
+_spec = importlib.util.spec_from_file_location(
+    "profiler_faults", Path(__file__).parents[1] / "profiler" / "faults.py"
+)
+faults = importlib.util.module_from_spec(_spec)
+sys.modules["profiler_faults"] = faults
+_spec.loader.exec_module(faults)
+
+ROOT = Path(__file__).parents[2]
+
+
+def _doctor(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "hbir.tools.hbir_cli", "doctor", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_doctor_names_the_stage_op_and_cause_of_a_corrupted_constant(tmp_path):
+    qat, qat_bc, quantized = faults.corrupted_quantized(tmp_path)
+    torch.save(qat, tmp_path / "qat.pt")
+    torch.save(faults.data("resnet"), tmp_path / "data.pt")
+    hbir.save(qat_bc, tmp_path / "qat.bc")
+    hbir.save(quantized, tmp_path / "quantized.bc")
+    run = _doctor(
+        "--qat",
+        tmp_path / "qat.pt",
+        "--data",
+        tmp_path / "data.pt",
+        "--qat-bc",
+        tmp_path / "qat.bc",
+        "--quantized-bc",
+        tmp_path / "quantized.bc",
+        "--out-dir",
+        tmp_path / "report",
+    )
+    assert run.returncode == 3, run.stderr
+    out = run.stdout
+    assert "first stage pair beyond contract: qat.bc -> quantized.bc" in out
+    line = faults.zoo_line("out = self.bn2(self.conv2(out))")
+    assert f"torch source: tests/zoo.py:{line}" in out
+    assert f"<- {faults.PLANTED_CONV}#0" in out
+    assert "cause: tool bug:" in out
+    assert len(out.splitlines()) <= 24  # one screen
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["ok"] is False
+    assert report["finding"]["cause"] == "tool bug"
+    assert [p["within"] for p in report["pairs"]] == [True, True, False]
+    assert (tmp_path / "report" / "report.html").exists()
+
+
+def test_doctor_on_an_unfaulted_model_exits_0(tmp_path):
+    qat, _ = zoo_stages.calibrated("multi_io", tmp_path)
+    torch.save(qat, tmp_path / "qat.pt")
+    torch.save(faults.data("multi_io"), tmp_path / "data.pt")
+    run = _doctor("--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt")
+    assert run.returncode == 0, run.stderr
+    assert "every stage is within its contract" in run.stdout
+    assert run.stdout.count("within contract:") == 3
+
+
+def test_doctor_takes_the_nv12_stage_and_finds_a_wrong_mode(tmp_path):
+    case = faults.nv12_case(tmp_path, mode="yuvbt601video2rgb", batches=2)
+    torch.save(case.qat, tmp_path / "qat.pt")
+    torch.save(case.data, tmp_path / "data.pt")
+    planes = [tuple(map(torch.from_numpy, p)) for p in case.planes]
+    torch.save(planes, tmp_path / "planes.pt")
+    hbir.save(case.qat_bc, tmp_path / "qat.bc")
+    hbir.save(case.nv12, tmp_path / "nv12_quantized.bc")
+    files = ["--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt"]
+    files += ["--qat-bc", tmp_path / "qat.bc"]
+    nv12 = ["--nv12-bc", tmp_path / "nv12_quantized.bc"]
+    run = _doctor(*files, *nv12, "--nv12-data", tmp_path / "planes.pt")
+    assert run.returncode == 3, run.stderr
+    out = run.stdout
+    assert "first stage pair beyond contract: quantized.bc -> nv12_quantized.bc" in out
+    assert "'hbir.image_preprocess' in nv12_quantized.bc" in out
+    assert "inserted on input '_input_0'" in out
+    assert "cause: input preprocessing or layout" in out
+    assert len(out.splitlines()) <= 24
+    # The NV12 model alone, without its planes, is refused with a clear message.
+    run = _doctor(*files, *nv12)
+    assert run.returncode == 1 and "needs both" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_doctor_refuses_a_file_that_is_not_a_qat_model(tmp_path):
+    torch.save({"weight": torch.zeros(2)}, tmp_path / "qat.pt")
+    torch.save(torch.zeros(2, 3), tmp_path / "data.pt")
+    run = _doctor("--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt")
+    assert run.returncode == 1
+    assert "expected the prepared model" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_doctor_requires_its_files():
+    run = _doctor()
+    assert run.returncode == 1 and "--qat" in run.stderr
+
+
+def test_bisect_prints_the_bc_editor_config_of_the_planted_table(tmp_path):
+    qat, qat_bc = faults.few_tables(tmp_path)
+    torch.save(qat, tmp_path / "qat.pt")
+    torch.save(faults.data("transformer", 1), tmp_path / "data.pt")
+    hbir.save(qat_bc, tmp_path / "qat.bc")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hbir.tools.hbir_cli",
+            "bisect",
+            "--qat-bc",
+            str(tmp_path / "qat.bc"),
+            "--data",
+            str(tmp_path / "data.pt"),
+            "--reference",
+            str(tmp_path / "qat.pt"),
+            "--threshold",
+            "1e-3",
+            "--no-convert",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    config = json.loads(lines[-1].split("bc_editor config: ", 1)[1])
+    (entry,) = config["remove_fake_quant"]
+    assert any("'hbir.rsqrt' <- norm2.rsqrt|" in line for line in lines)
+    # The config names fake quants next to that rsqrt.
+    from hbir.dialects.op_ids import op_ids
+
+    ops = op_ids(qat_bc["forward"].op)
+    ids = entry if isinstance(entry, list) else [entry, entry]
+    assert all(ops[n].name == "qnt.const_fake_quant" for n in ids)
