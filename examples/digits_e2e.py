@@ -11,6 +11,9 @@ each artifact to ``--out``:
     qat.export.pt      pre_export(qat.pt)'s state_dict: LUT ops as their exact tables
     qat.bc             export(qat.pt): HBIR with qnt.const_fake_quant
     quantized.bc       convert(qat.bc, "nash-e"): true fixed point
+    (compiled)         hbir.compile(quantized.bc, march="nash-e"): the npu program
+                       (layout, fusion, tiles, DMA, memory plan), run in the
+                       interpreter; no model.hbm file yet (the bytecode comes next)
     gray_quantized.bc  qat.bc fed by an 8-bit gray camera plane (insert_transpose,
                        insert_image_preprocess, insert_image_convert("gray")),
                        converted: the gray codes v = 15 p of each digit pixel p
@@ -160,6 +163,8 @@ def main() -> None:
     step("convert -> quantized.bc (nash-e)")
     quantized = hbir.convert(qat_bc, "nash-e")
     hbir.save(quantized, out / "quantized.bc")
+    step("compile -> the npu program (nash-e)")
+    compiled = hbir.compile(quantized, march="nash-e")
 
     step("gray camera input -> gray_quantized.bc")
     gray_bc = hbir.load(out / "qat.bc")
@@ -175,6 +180,7 @@ def main() -> None:
         "qat.export.pt": torch_logits(qat_export, x_test),
         "qat.bc": hbir_logits(hbir.load(out / "qat.bc"), x_test),
         "quantized.bc": hbir_logits(hbir.load(out / "quantized.bc"), x_test),
+        "compiled": hbir_logits(compiled, x_test),
         "gray_quantized.bc": hbir_logits(
             hbir.load(out / "gray_quantized.bc"), gray_planes(x_test)
         ),

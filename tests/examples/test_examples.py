@@ -33,11 +33,13 @@ def test_digits_end_to_end(tmp_path):
         "qat.export.pt",
         "qat.bc",
         "quantized.bc",
+        "compiled",
         "gray_quantized.bc",
     ]
     assert rows["qat.bc"][2] == "0.00"  # bit-identical to qat.export.pt
+    assert rows["quantized.bc"][2] == "0.00"  # bit-identical to qat.bc
+    assert rows["compiled"][2] == "0.00"  # the npu program: bit-identical
     assert rows["gray_quantized.bc"][2] == "0.00"  # the gray plane: the same input
-    assert float(rows["quantized.bc"][2]) <= 1.0  # <= 1 LSB from qat.bc
     assert abs(rows["quantized.bc"][0] - rows["qat.pt"][0]) <= 0.5
     assert rows["qat.pt"][0] > 95.0
     for name in ("qat.pt", "qat.export.pt", "qat.bc", "quantized.bc"):
