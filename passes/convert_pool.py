@@ -6,9 +6,12 @@ global_avg_pool2d / reduce_mean / reduce_sum: an exact si32 sum of the codes
 division by the element count and the rescale are one rounding.
 
 avg_pool2d (window counts may differ at the borders): the codes are shifted left
-onto a fine grid (``x * 2**F`` in si32, exact), the integer ``hbir.avg_pool2d``
-divides each window sum once (half to even, error at most 2**-F input LSB), and
-one requantization by ``s_in * 2**-F / s_out`` ends it.
+onto a fine grid (``x * 2**F`` in si32, exact; F as large as keeps every window
+sum within the 32-bit accumulator, ``numerics.avg_pool_fine_bits``: 22 for an int8
+2x2 window, 20 for 3x3), the integer ``hbir.avg_pool2d`` divides each window sum
+once (half to even, error at most 2**-F input LSB), and one requantization by
+``s_in * 2**-F / s_out`` ends it. A window too large for any fine grid stays
+float.
 
 Before::
 
@@ -92,7 +95,11 @@ class LowerPool(RewritePattern):
             return
         s_in = np.float64(codes.scales[0])
         if isinstance(op, hbir.AvgPool2dOp):
-            new, acc, real = self._avg_pool(op, codes, s_in, rounding)
+            kernel = op.kernel.get_values()
+            fine_bits = numerics.avg_pool_fine_bits(codes.bits, kernel[0] * kernel[1])
+            if fine_bits is None:  # no fine grid keeps the window sums in 32 bits
+                return
+            new, acc, real = self._avg_pool(op, codes, fine_bits, s_in, rounding)
             real = real * consumer.inv_scale
         elif npu_resize:
             out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
@@ -125,8 +132,7 @@ class LowerPool(RewritePattern):
         fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
 
     @staticmethod
-    def _avg_pool(op: hbir.AvgPool2dOp, codes: fp.Codes, s_in, rounding):
-        bits = numerics.AVG_POOL_FINE_BITS[codes.bits]
+    def _avg_pool(op: hbir.AvgPool2dOp, codes: fp.Codes, bits: int, s_in, rounding):
         fine = qnt.RequantizeOp(codes.codes, si(32), [1], [-bits], rounding=rounding)
         pool = hbir.AvgPool2dOp(
             fine.output,

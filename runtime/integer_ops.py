@@ -18,10 +18,9 @@ Accumulation
 
 Pools
     max pool: exact (the element type is kept; padding is -inf, as torch). avg
-    pool: the exact int64 window sum (padding counts as zeros), divided once by the
-    window count with ``numerics.divide_round`` (half-to-even), counted as torch
-    counts (``count_include_pad``, ``ceil_mode`` overhang excluded), saturated to
-    the result width. Global average: the exact sum over H x W divided once.
+    pool: ``numerics.average_pool`` (the exact window sum divided once by torch's
+    window count, half-to-even). Global average: the exact sum over H x W divided
+    once.
 
 Resize
     nearest: a gather of codes at torch's source indices (exact). Integer bilinear
@@ -255,47 +254,6 @@ def max_pool2d(x, kernel, stride, padding, dilation, ceil_mode) -> np.ndarray:
     fill = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
     v, _, _ = _windows(x, kernel, stride, pads4(padding), dilation, ceil_mode, fill)
     return v.max(axis=(-2, -1)).astype(x.dtype)
-
-
-def pool_extents(size, out, kernel, stride, pad_lo, pad_hi, include_pad):
-    """Per-output window extent along one axis, as torch's avg_pool2d counts it.
-
-    With ``count_include_pad`` the window may cover the padding but not the
-    ceil_mode overhang past it; without, only real input elements count.
-    """
-    start = np.arange(out) * stride - pad_lo
-    end = np.minimum(start + kernel, size + pad_hi)
-    if not include_pad:
-        start, end = np.maximum(start, 0), np.minimum(end, size)
-    return end - start
-
-
-def avg_pool2d(
-    x,
-    kernel,
-    stride,
-    padding,
-    ceil_mode,
-    count_include_pad,
-    *,
-    bits: int,
-    counts_padding: Sequence[int] | None = None,
-    rounding: str = numerics.HALF_EVEN,
-) -> np.ndarray:
-    """Exact window sums divided once (half-to-even) by torch's window counts,
-    saturated to ``bits``. ``counts_padding`` (default ``padding``) is the padding
-    the counts follow: a tile's own padding sums like the whole op's."""
-    pads = pads4(padding)
-    v, oh, ow = _windows(
-        np.asarray(x, np.int64), kernel, stride, pads, (1, 1), ceil_mode, 0
-    )
-    sums = v.sum(axis=(-2, -1))
-    cp = pads4(counts_padding if counts_padding is not None else padding)
-    h, w = x.shape[2], x.shape[3]
-    rows = pool_extents(h, oh, kernel[0], stride[0], cp[0], cp[2], count_include_pad)
-    cols = pool_extents(w, ow, kernel[1], stride[1], cp[1], cp[3], count_include_pad)
-    counts = np.outer(rows, cols)
-    return saturate(numerics.divide_round(sums, counts, rounding), bits)
 
 
 def global_avg_pool2d(x, *, bits: int, rounding: str = numerics.HALF_EVEN):

@@ -632,10 +632,24 @@ def fixed_point_mean(
 
 # ----------------------------------------------------------------- average pooling
 
-# Fine-grid bits of a windowed average pool: the codes shifted left by F stay
-# below 2**30 in magnitude (int8: 2**7 * 2**22 = 2**29), so every window average
-# fits si32 and is exact to 2**-F input LSB.
+# Fine-grid bits of a windowed average pool, at most: the codes shifted left by F
+# stay below 2**30 in magnitude (int8: 2**7 * 2**22 = 2**29), so every window
+# average fits si32 and is exact to 2**-F input LSB. Larger windows take fewer
+# bits (``avg_pool_fine_bits``) so that the window *sum* fits a 32-bit accumulator.
 AVG_POOL_FINE_BITS = {8: 22, 16: 14}
+ACC_BITS = 32  # the accumulator of the integer pipeline (and the NPU's)
+
+
+def avg_pool_fine_bits(bits: int, window: int) -> int | None:
+    """The fine-grid bits F of an average pool over ``window`` elements of
+    ``bits``-wide codes: the largest F <= ``AVG_POOL_FINE_BITS[bits]`` with every
+    window sum ``window * 2**(bits - 1 + F)`` within the 32-bit accumulator
+    (``-2**31`` is the extreme: all codes at ``-2**(bits - 1)``). None when even
+    F = 0 does not fit (a window of more than ``2**(32 - bits)`` elements)."""
+    room = ACC_BITS - 1 - (bits - 1) - math.ceil(math.log2(window))
+    if room < 0:
+        return None
+    return min(AVG_POOL_FINE_BITS[bits], room)
 
 
 def avg_pool_counts(
@@ -707,10 +721,12 @@ def fixed_point_avg_pool(
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized windowed average pool,
     as float32 values ``q * s_out``: the codes shifted left by
-    ``AVG_POOL_FINE_BITS`` (si32), ``average_pool``, one requantization by
-    ``s_in * 2**-F * fl32(1 / s_out)``."""
+    ``avg_pool_fine_bits`` (si32; every window sum fits 32 bits),
+    ``average_pool``, one requantization by ``s_in * 2**-F * fl32(1 / s_out)``."""
     s_in, bits = grids.x_scale, grids.x_bits
-    fine_bits = AVG_POOL_FINE_BITS[bits]
+    fine_bits = avg_pool_fine_bits(bits, kernel[0] * kernel[1])
+    if fine_bits is None:
+        raise ValueError(f"an average pool over {kernel} has no 32-bit fine grid")
     q = codes_on_grid(x, s_in, bits).astype(np.int64)
     fine = requantize(q, [1], [-fine_bits], 0, *qrange(32), mode=mode)
     acc = saturate(average_pool(fine, kernel, stride, padding, include_pad, out_hw), 32)

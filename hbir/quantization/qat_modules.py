@@ -689,7 +689,12 @@ class AvgPool2d(nn.AvgPool2d, QATModule):
         (``numerics.fixed_point_avg_pool``)."""
         if self.divisor_override is not None:
             return None
-        return _grids(self, self.input_fake_quants()[:1])
+        grids = _grids(self, self.input_fake_quants()[:1])
+        kernel = _pair(self.kernel_size)
+        window = kernel[0] * kernel[1]
+        if grids is None or numerics.avg_pool_fine_bits(grids.x_bits, window) is None:
+            return None  # convert leaves it float (no 32-bit fine grid)
+        return grids
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)

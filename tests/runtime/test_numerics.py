@@ -500,3 +500,26 @@ def test_avg_pool_counts_match_torch_on_a_ones_image():
             (7, 8), sums.shape[2:], kernel, stride, padding, include
         )
         np.testing.assert_array_equal(counts, np.rint((sums / avg)[0, 0].numpy()))
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("kernel", [(2, 2), (3, 3), (7, 7), (1, 64)])
+def test_avg_pool_fine_grid_keeps_the_extreme_window_sum_in_32_bits(bits, kernel):
+    window = kernel[0] * kernel[1]
+    fine = numerics.avg_pool_fine_bits(bits, window)
+    lo, hi = numerics.qrange(bits)
+    # Every code at the extreme, shifted onto the fine grid, summed over a window.
+    q = np.full((1, 1) + kernel, lo, np.int64) << fine
+    total = int(q.sum())
+    assert -(2**31) <= total and int(np.full(window, hi).sum()) << fine < 2**31
+    assert fine <= numerics.AVG_POOL_FINE_BITS[bits]
+    if fine < numerics.AVG_POOL_FINE_BITS[bits]:  # one more bit would overflow
+        assert window * (lo << (fine + 1)) < -(2**31)
+    got = numerics.average_pool(q, kernel, kernel, (0, 0), True, (1, 1))
+    assert int(got[0, 0, 0, 0]) == lo << fine  # the average is exact
+
+
+def test_an_avg_pool_window_with_no_32_bit_fine_grid_is_refused():
+    assert numerics.avg_pool_fine_bits(8, 2**24) == 0
+    assert numerics.avg_pool_fine_bits(8, 2**24 + 1) is None
+    assert numerics.avg_pool_fine_bits(16, 2**16 + 1) is None
