@@ -44,6 +44,8 @@ from xdsl.passes import ModulePass
 
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import numpy_dtype, shape_of
+from hbir.errors import HbirOpError
+from hbir.passes import fixed_point as fp
 
 _MOVES = {
     hbir.TransposeOp: lambda op, q: hbir.TransposeOp(q, op.perm.get_values()),
@@ -70,10 +72,36 @@ def _chain(op: hbir.ImagePreprocessOp) -> tuple[list[Operation], qnt.QuantizeOp]
         value = user.results[0]
 
 
+class ImagePreprocessError(HbirOpError):
+    """A normalisation that verifies (an f64 ``std`` that is not 0) but is 0 or
+    infinite in the float32 arithmetic the preprocessing runs in: no table."""
+
+
+def _check_float32(op: hbir.ImagePreprocessOp) -> None:
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        std = np.asarray(op.std.get_values(), np.float32)
+        mean = np.asarray(op.mean.get_values(), np.float32)
+    bad = ~np.isfinite(std) | (std == 0) | ~np.isfinite(mean)
+    if np.any(bad):
+        c = int(np.argmax(bad))
+        raise ImagePreprocessError(
+            op,
+            fp.where(op),
+            f"has no integer table: channel {c}'s mean {op.mean.get_values()[c]!r} "
+            f"/ std {op.std.get_values()[c]!r} is {float(mean[c])!r} / "
+            f"{float(std[c])!r} in the float32 arithmetic the preprocessing runs "
+            f"in (a std must be a finite nonzero float32)",
+        )
+
+
 def _table(op: hbir.ImagePreprocessOp, q: qnt.QuantizeOp) -> DenseIntOrFPElementsAttr:
     import numpy as np
 
     from hbir.runtime import yuv
+
+    _check_float32(op)
 
     element = hbir.tensor_type(q.output).element_type
     info = np.iinfo(numpy_dtype(element))

@@ -1,5 +1,6 @@
 // RUN: hbir-opt %s --split-input-file -p convert-image-preprocess | filecheck %s
 // RUN: not hbir-opt %s -p 'convert-image-preprocess{march=nash-e}' 2>&1 | filecheck %s --check-prefix=BADOPT
+// RUN: not hbir-opt %S/Inputs/convert_image_preprocess_refused.mlir -p convert-image-preprocess 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // Positive: normalisation (v / 1 - 128) / 128 then a quantize with scale 1/128 is
 // the table v - 128 per channel: 0x80 (-128) for v = 0, ..., 0x7F (127) for 255.
@@ -31,3 +32,9 @@ func.func @float(%x: tensor<1x2x2x3xsi8>) -> (tensor<1x2x2x3xf32>, tensor<1x2x2x
 }
 
 // BADOPT: march
+
+// Refused input (Inputs/convert_image_preprocess_refused.mlir): IR that verifies
+// and reaches the pass, which must refuse it, located, nothing printed.
+// REFUSED: convert_image_preprocess_refused.mlir:6:3: error: 'hbir.image_preprocess' op has no integer table: channel 0's mean 128.0 / std 1e-300 is 128.0 / 0.0
+// REFUSED-NOT: builtin.module
+// REFUSED-NOT: Traceback
