@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from hbir import data
-
-Image = pytest.importorskip("PIL.Image")
 
 
 def photos() -> list[np.ndarray]:

@@ -100,7 +100,8 @@ def _quantized(name, tmp_path):
 def _nv12(tmp_path):
     """nv12_quantized.bc: a small conv model behind the canonical NV12 insertion
     (transpose, BT.601 full-range to RGB with mean / std 128, NV12 planes)."""
-    yuv = pytest.importorskip("hbir.runtime.yuv")
+    from hbir.runtime import yuv
+
     torch.manual_seed(3)
     net = nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 64, 5)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 import zoo_stages
+from PIL import Image
 from torch import nn
 
 import hbir
@@ -16,8 +17,6 @@ from hbir.quantization import (
     export,
     rgb2centered_yuv,
 )
-
-Image = pytest.importorskip("PIL.Image")
 
 
 def crops(n=2, size=16, seed=0) -> np.ndarray:

@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from hbir.dialects.hbir import ImagePreprocessOp
 from hbir.runtime import numerics, yuv
-
-Image = pytest.importorskip("PIL.Image")
 
 
 def photos() -> list[np.ndarray]:
