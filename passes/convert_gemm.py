@@ -18,6 +18,14 @@ itself would put up to half an accumulator LSB of error before the final roundin
 the finer grid divides that by ``2**F``. Without requantize fusion (consistency
 level 0) every bias takes this separate add.
 
+Accumulator: every sum must fit the march's 32-bit accumulator for any input.
+Where the operand widths and the reduction length allow a larger sum (int16 x
+int8 beyond 511 terms), the wider operand's codes are first divided by ``2**s``
+(``numerics.gemm_operand_shifts``, a ``qnt.requantize`` with multiplier 1 and shift
+``s``) and the accumulator's grid grows by ``2**s``; the fixed-point forward of
+QAT (``numerics.fixed_point_gemm``) computes the same, so nothing saturates and
+qat.bc and quantized.bc stay bit-identical.
+
 Before::
 
     %x = qnt.dequantize %xq {scales = array<f32: 0.5>, ...} : ... -> tensor<1x4xf32>
@@ -87,7 +95,11 @@ def weight_scales(op: Operation, w: fp.Codes) -> np.ndarray | None:
 
 
 def bias_operand(
-    bias: SSAValue | None, s_x: np.float32, s_w: np.ndarray, channels: int
+    bias: SSAValue | None,
+    s_x: np.float32,
+    s_w: np.ndarray,
+    channels: int,
+    shifted: bool = False,
 ) -> dict | None:
     """The bias as ``gemm_requantization`` takes it: ``{"bias": real values}`` or
     ``{"bias_codes": exact int32 codes}``; ``{}`` without a bias, None when the
@@ -95,7 +107,8 @@ def bias_operand(
 
     A dequantized int32 bias on the grid exact QAT uses (consistency level 2,
     ``numerics.bias_scale``) is exact when that float32 grid is the accumulator's
-    exact scale ``s_x * s_w[c]``.
+    exact scale ``s_x * s_w[c]`` and the operands are not ``shifted``
+    (``numerics.gemm_operand_shifts``: the accumulator then has a coarser grid).
     """
     if bias is None:
         return {}
@@ -110,7 +123,8 @@ def bias_operand(
     grid = np.broadcast_to(numerics.bias_scale(s_x, s_w), (channels,))
     acc_scale = np.float64(s_x) * np.broadcast_to(s_w.astype(np.float64), (channels,))
     if (
-        codes.bits == 32
+        not shifted
+        and codes.bits == 32
         and np.array_equal(scales, grid)
         and np.array_equal(grid, acc_scale)
     ):
@@ -175,14 +189,21 @@ class LowerGemm(RewritePattern):
         if s_w is None or consumer is None:
             return
         axis, channels = _out_channels(op)
-        b = bias_operand(bias, x.scales[0], s_w, channels)
+        terms = reduction_terms(op, shape_of(x.codes), shape_of(w.codes))
+        try:
+            shifts = numerics.gemm_operand_shifts(terms, x.bits, w.bits)
+        except ValueError as e:
+            raise fp.FixedPointError(
+                op, fp.where(op), f"has no integer form: {e}"
+            ) from None
+        b = bias_operand(bias, x.scales[0], s_w, channels, shifted=any(shifts))
         if b is None:
             return
         req = numerics.gemm_requantization(
             x.scales[0],
             s_w,
             consumer.scale,
-            terms=reduction_terms(op, shape_of(x.codes), shape_of(w.codes)),
+            terms=terms,
             x_bits=x.bits,
             w_bits=w.bits,
             channels=channels,
@@ -195,7 +216,14 @@ class LowerGemm(RewritePattern):
         if req.fused_bias and fuse:
             new.append(fp.int_constant(req.bias, 32))
             b_value = new[-1].output
-        gemm = _integer_op(op, x.codes, w.codes, b_value)
+        x_codes, w_codes = x.codes, w.codes
+        if req.x_shift:
+            new.append(self._shift(x_codes, x.bits, req.x_shift, rounding))
+            x_codes = new[-1].output
+        if req.w_shift:
+            new.append(self._shift(w_codes, w.bits, req.w_shift, rounding))
+            w_codes = new[-1].output
+        gemm = _integer_op(op, x_codes, w_codes, b_value)
         new.append(gemm)
         acc = gemm.results[0]
         if req.bias is not None and b_value is None:
@@ -206,6 +234,12 @@ class LowerGemm(RewritePattern):
             acc, req.multiplier, req.shift, consumer, rounding, fuse, axis
         )
         fp.replace_quantized(rewriter, op, consumer, new + tail, tail[-1].results[0])
+
+    @staticmethod
+    def _shift(codes: SSAValue, bits: int, n: int, rounding: str) -> Operation:
+        """``round(codes / 2**n)``: an operand that would overflow the accumulator
+        loses its low bits (``numerics.gemm_operand_shifts``)."""
+        return qnt.RequantizeOp(codes, si(bits), [1], [n], rounding=rounding)
 
     @staticmethod
     def _add_bias(acc, codes, fine: int, axis: int, rounding: str) -> list[Operation]:

@@ -316,6 +316,9 @@ def requantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
 # as fine as keeps the shifted accumulator below 2**ACC_HEADROOM_BITS.
 MAX_FINE_BITS = 16
 ACC_HEADROOM_BITS = 30
+# The accumulator of an integer conv / linear / matmul on both marches (the
+# TAE's si32; ``passes/march.py`` ``NpuModel.acc_bits``).
+ACC_BITS = 32
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,39 @@ class GemmRequant:
     bias: np.ndarray | None = None  # int64 codes, one per output channel
     fine: int = 0
     fused_bias: bool = False
+    # Right shifts of the input / weight codes before the gemm
+    # (``gemm_operand_shifts``); the accumulator's scale includes them.
+    x_shift: int = 0
+    w_shift: int = 0
+
+
+def gemm_operand_shifts(
+    terms: int, x_bits: int, w_bits: int, acc_bits: int = ACC_BITS
+) -> tuple[int, int]:
+    """Right shifts (input, weight) of the operand codes that keep every sum of
+    ``terms`` products within the ``acc_bits`` accumulator.
+
+    A ``terms``-long sum of ``x_bits`` x ``w_bits`` codes reaches
+    ``terms * 2**(x_bits-1) * 2**(w_bits-1)``: for int8 x int8 that fits si32 up
+    to 131,071 terms, for int16 x int8 only up to 511 (a 3x3 conv over 57
+    channels). Beyond, the wider operand's codes are divided by ``2**s``
+    (``shift_round``, the model's rounding: ``|round(q / 2**s)| <= 2**(bits-1-s)``)
+    with the smallest ``s`` that makes the worst case fit, and the accumulator's
+    scale grows by ``2**s``. The cost is ``s`` bits of that operand's resolution;
+    the gain is that no input can saturate the accumulator. Convert inserts the
+    shift; the fixed-point forward (``fixed_point_gemm``) computes the same.
+    """
+    worst = terms * (1 << (x_bits - 1)) * (1 << (w_bits - 1))
+    limit = (1 << (acc_bits - 1)) - 1
+    s = 0
+    while worst > limit << s:
+        s += 1
+    if s >= max(x_bits, w_bits) - 1:
+        raise ValueError(
+            f"a {terms}-term sum of {x_bits}-bit x {w_bits}-bit codes cannot fit "
+            f"a {acc_bits}-bit accumulator"
+        )
+    return (s, 0) if x_bits >= w_bits else (0, s)
 
 
 def gemm_fine_bits(terms: int, x_bits: int, w_bits: int, bias_lsb) -> int:
@@ -369,8 +405,12 @@ def gemm_requantization(
     (``gemm_fine_bits``), rounded with ``mode``; the factor is
     ``s_x * s_w[c] * 2**-fine * fl32(1/s_out)`` as a 31-bit multiplier.
     """
+    x_shift, w_shift = gemm_operand_shifts(terms, x_bits, w_bits)
+    if bias_codes is not None and (x_shift or w_shift):
+        raise ValueError("an exact bias needs the unshifted accumulator grid")
     s_w = np.asarray(s_w, np.float32).astype(np.float64).reshape(-1)
-    acc_scale = np.float64(np.float32(s_x)) * s_w
+    # Exact in float64: a product of two float32 values times a power of two.
+    acc_scale = np.float64(np.float32(s_x)) * s_w * 2.0 ** (x_shift + w_shift)
     if acc_scale.size == 1:
         acc_scale = np.broadcast_to(acc_scale, (channels,))
     codes, fine, fused = None, 0, False
@@ -379,12 +419,12 @@ def gemm_requantization(
         fused = True
     elif bias is not None:
         lsb = np.broadcast_to(np.asarray(bias, np.float64), acc_scale.shape) / acc_scale
-        fine = gemm_fine_bits(terms, x_bits, w_bits, lsb)
+        fine = gemm_fine_bits(terms, x_bits - x_shift, w_bits - w_shift, lsb)
         codes = np.clip(round_float(lsb * 2.0**fine, mode), *qrange(32))
         codes = codes.astype(np.int64)
     real = acc_scale * 2.0**-fine * inv_scale(s_out)
     multiplier, shift = requantize_multipliers(real)
-    return GemmRequant(multiplier, shift, codes, fine, fused)
+    return GemmRequant(multiplier, shift, codes, fine, fused, x_shift, w_shift)
 
 
 def gemm_output(
@@ -490,6 +530,12 @@ def fixed_point_gemm(
         if w_codes
         else codes_on_grid(w, w_scales, grids.w_bits, w_axis)
     )
+    # Operands whose products could overflow the accumulator lose low bits first.
+    x_shift, w_shift = gemm_operand_shifts(terms, grids.x_bits, grids.w_bits)
+    if x_shift:
+        qx = shift_round(qx.astype(np.int64), x_shift, mode).astype(np.float32)
+    if w_shift:
+        qw = shift_round(qw.astype(np.int64), w_shift, mode).astype(np.float32)
     # float32 sums integers exactly below 2**24: bound every partial sum by
     # max|qx| * sum|qw| over a weight channel's reduction (a superset of it).
     others = tuple(a for a in range(qw.ndim) if a != w_out_axis % qw.ndim)

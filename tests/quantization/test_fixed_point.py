@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 import hbir
 from hbir.dialects import qnt
@@ -22,12 +23,16 @@ from hbir.quantization import (
     ConsistencyStrategy,
     DeQuantStub,
     FakeQuantState,
+    QconfigSetter,
     QuantStub,
     export,
     float_validation,
+    get_qconfig,
     prepare,
+    qint16,
     set_fake_quantize,
 )
+from hbir.runtime import numerics
 
 
 class Head(nn.Module):
@@ -81,14 +86,17 @@ def _round_half_even(v: Fraction) -> int:
     return floor
 
 
-def _reference_codes(acc, bias, s_x, s_w, s_y, terms, bits=8):
+def _reference_codes(acc, bias, s_x, s_w, s_y, terms, bits=8, x_bits=8, x_shift=0):
     """The output codes of the int64 accumulators ``acc`` (channels in dim 1) with
-    a float bias, by the integer pipeline written out in Python ints."""
+    a float bias, by the integer pipeline written out in Python ints; ``acc`` sums
+    input codes divided by ``2**x_shift``."""
     qmax = 2 ** (bits - 1) - 1
-    bound = terms * 2**7 * 2**7
+    bound = terms * 2 ** (x_bits - 1 - x_shift) * 2**7
     out = np.zeros(acc.shape, np.int64)
     for c in range(acc.shape[1]):
-        acc_scale = Fraction(float(np.float32(s_x))) * Fraction(float(s_w[c]))
+        acc_scale = (
+            Fraction(float(np.float32(s_x))) * Fraction(float(s_w[c])) * 2**x_shift
+        )
         lsb = Fraction(float(bias[c])) / acc_scale
         headroom = 30 - math.ceil(math.log2(bound + abs(float(lsb)) + 1))
         fine = max(0, min(16, headroom))
@@ -241,5 +249,103 @@ def test_avg_pool_in_validation_is_the_integer_pipeline(level, tmp_path):
     ]
     assert len(marked) == 2 and all(qnt.EXACT in op.attributes for op in marked)
     quantized = hbir.convert(qat_bc, "nash-e")
+    np.testing.assert_array_equal(qat_bc["forward"](x.numpy()), out)
+    np.testing.assert_array_equal(quantized["forward"](x.numpy()), out)
+
+
+class WideConv(nn.Module):
+    """An int16-input 3x3 conv over 64 channels: 576 terms, beyond the 511 whose
+    int16 x int8 sums always fit a 32-bit accumulator."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.conv = nn.Conv2d(64, 3, 3, padding=1)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.conv(self.quant(x)))
+
+
+def _round_shift(q: int, n: int) -> int:
+    return _round_half_even(Fraction(q, 2**n))
+
+
+def test_operand_shifts_keep_every_accumulator_within_32_bits():
+    assert numerics.gemm_operand_shifts(511, 16, 8) == (0, 0)
+    assert numerics.gemm_operand_shifts(512, 16, 8) == (1, 0)  # 512 * 2**22 = 2**31
+    assert numerics.gemm_operand_shifts(4608, 16, 8) == (4, 0)  # 3x3x512
+    assert numerics.gemm_operand_shifts(576, 8, 16) == (0, 1)  # the wider operand
+    assert numerics.gemm_operand_shifts(131071, 8, 8) == (0, 0)
+    assert numerics.gemm_operand_shifts(131072, 8, 8) == (1, 0)
+    for terms, xb, wb in [(576, 16, 8), (4608, 16, 8), (10**6, 16, 8)]:
+        xs, ws = numerics.gemm_operand_shifts(terms, xb, wb)
+        worst = terms * 2 ** (xb - 1 - xs) * 2 ** (wb - 1 - ws)
+        assert worst <= 2**31 - 1 < 2 * worst
+    with pytest.raises(ValueError, match="cannot fit"):
+        numerics.gemm_operand_shifts(2**40, 16, 8)
+
+
+@pytest.mark.parametrize("level", [None, 2], ids=["default", "level2"])
+def test_int16_conv_over_a_long_reduction_never_saturates(level, tmp_path):
+    """The accumulator limit reached: every input code at its maximum and every
+    weight code at 127 sums to 576 * 32767 * 127 > 2**31 exactly. Convert shifts
+    the int16 input right by one bit (``gemm_operand_shifts``); VALIDATION, qat.bc
+    and quantized.bc all compute that pipeline, which a Python-int reference
+    confirms, and no accumulator saturates."""
+    torch.manual_seed(0)
+    model = WideConv().eval()
+    with torch.no_grad():
+        # 127 codes of 2**-14 (the power-of-two scale of level 2): code 127 at
+        # every level.
+        model.conv.weight.fill_(127 / 2**14)
+        model.conv.weight[1, ::2] *= -1  # channel 1: half the terms cancel
+        model.conv.weight[2].copy_(torch.randn(64, 3, 3) * 0.01)
+    g = torch.Generator().manual_seed(1)
+    extreme = torch.full((1, 64, 6, 6), 4.0)
+    batches = [extreme, -extreme, torch.randn(1, 64, 6, 6, generator=g)]
+    setter = QconfigSetter(get_qconfig(), module_name={"quant": qint16})
+    ConsistencyStrategy.set_consistency_level(level)
+    try:
+        qat = prepare(model, (extreme,), setter, out_dir=tmp_path)
+    finally:
+        ConsistencyStrategy.set_consistency_level(None)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for b in batches:
+            qat(b)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    conv = qat.conv
+    s_x = float(conv.input_fake_quants()[0].scale)
+    s_w = conv.weight_fake_quant.scale.detach().numpy()
+    s_y = float(conv.activation_post_process.scale)
+    # 3x the calibrated maximum: every input code clips to 32767.
+    x = torch.cat([3 * extreme, torch.randn(1, 64, 6, 6, generator=g) * 2])
+    with torch.no_grad():
+        xq = torch.round(qat.quant(x) / s_x).long()
+        wq = torch.round(
+            conv.weight_fake_quant(conv.weight) / torch.tensor(s_w).reshape(-1, 1, 1, 1)
+        ).long()
+        got = torch.round(conv(qat.quant(x)) / s_y).long().numpy()
+        out = qat(x).numpy()
+    assert int(xq.max()) == 32767 and int(wq[0].min()) == 127
+    exact = F.conv2d(xq.double(), wq.double(), None, 1, 1)
+    assert float(exact.max()) > 2**31 - 1  # the unshifted sum overflows si32
+    shifted = xq.apply_(lambda q: _round_shift(q, 1))
+    acc = F.conv2d(shifted.double(), wq.double(), None, 1, 1).round().long().numpy()
+    assert np.abs(acc).max() <= 2**31 - 1
+    bias = conv._exact_bias() if level == 2 else conv.bias
+    want = _reference_codes(
+        acc, bias.detach().numpy(), s_x, s_w, s_y, 576, x_bits=16, x_shift=1
+    )
+    assert np.array_equal(got, want)
+    qat_bc = export(qat, (x,))
+    quantized = hbir.convert(qat_bc, "nash-e")
+    shifts = [
+        op
+        for op in quantized["forward"].op.body.block.ops
+        if op.name == "qnt.requantize" and list(op.shift.get_values()) == [1]
+    ]
+    assert len(shifts) == 1  # the input, before the conv
     np.testing.assert_array_equal(qat_bc["forward"](x.numpy()), out)
     np.testing.assert_array_equal(quantized["forward"](x.numpy()), out)

@@ -47,6 +47,24 @@ func.func @float_result(%xq: tensor<1x4xsi8>, %wq: tensor<2x4xsi8>) -> (tensor<1
 
 // -----
 
+// Positive, at the accumulator's limit: 512 products of si16 x si8 codes can reach
+// 512 * 2**15 * 2**7 = 2**31, beyond si32, so the input codes are first divided by 2
+// (numerics.gemm_operand_shifts: multiplier 1, shift 1, the model's rounding) and
+// the accumulator's grid is twice as coarse.
+// CHECK-LABEL: func.func @wide_int16
+// CHECK:         %[[S:.*]] = qnt.requantize %xq {multiplier = array<i64: 1>, shift = array<i64: 1>} : tensor<1x512xsi16> -> tensor<1x512xsi16>
+// CHECK-NEXT:    %[[A:.*]] = hbir.linear %[[S]], %wq : (tensor<1x512xsi16>, tensor<2x512xsi8>) -> tensor<1x2xsi32>
+// CHECK-NEXT:    qnt.requantize %[[A]]
+func.func @wide_int16(%xq: tensor<1x512xsi16>, %wq: tensor<2x512xsi8>) -> tensor<1x2xsi8> {
+  %x = qnt.dequantize %xq {scales = array<f32: 0.001>, zeros = array<i64: 0>} : tensor<1x512xsi16> -> tensor<1x512xf32>
+  %w = qnt.dequantize %wq {scales = array<f32: 0.01>, zeros = array<i64: 0>} : tensor<2x512xsi8> -> tensor<2x512xf32>
+  %y = hbir.linear %x, %w : (tensor<1x512xf32>, tensor<2x512xf32>) -> tensor<1x2xf32>
+  %q = qnt.quantize %y {scales = array<f32: 0.5>, zeros = array<i64: 0>} : tensor<1x2xf32> -> tensor<1x2xsi8>
+  func.return %q : tensor<1x2xsi8>
+}
+
+// -----
+
 // Invalid input: a per-channel weight dequantize with 3 scales for 2 channels is
 // rejected, located, before the pass runs; nothing is printed.
 func.func @bad_weight(%xq: tensor<1x4xsi8>, %wq: tensor<2x4xsi8>) -> tensor<1x2xsi8> {
@@ -56,8 +74,8 @@ func.func @bad_weight(%xq: tensor<1x4xsi8>, %wq: tensor<2x4xsi8>) -> tensor<1x2x
   %q = qnt.quantize %y {scales = array<f32: 0.05>, zeros = array<i64: 0>} : tensor<1x2xf32> -> tensor<1x2xsi8>
   func.return %q : tensor<1x2xsi8>
 }
-// CHECK: convert-gemm.mlir:54:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
-// INVALID: convert-gemm.mlir:54:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
+// CHECK: convert-gemm.mlir:72:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
+// INVALID: convert-gemm.mlir:72:3: error: 'qnt.dequantize' op per-channel parameters have 3 values, dim 0 has 2
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 
