@@ -6,7 +6,8 @@ The model is ``benchmarks/ir_throughput.py``'s generator (a chain of conv blocks
 converted to fixed point (``hbir.convert``; ``--quantized``: every value
 fake-quantized first); then every pass of the compile phase
 runs once, verified after each as ``hbir.compile`` does, and its time is printed,
-with the op counts before and after and the compiled program's memory figures.
+with the op counts before and after and the compiled program's memory figures;
+then the emission of its ``model.hbm`` (``hbir/hbm/emit.py``, the container).
 The issue's target: the whole compile in under 60 s on this machine.
 """
 
@@ -38,6 +39,8 @@ import hbir  # noqa: E402
 from hbir.compile import compile_passes, run_passes  # noqa: E402
 from hbir.dialects import hbir as hb  # noqa: E402
 from hbir.dialects import qnt  # noqa: E402
+from hbir.hbm import container  # noqa: E402
+from hbir.hbm.emit import emit  # noqa: E402
 from hbir.module import Module  # noqa: E402
 
 
@@ -120,6 +123,14 @@ def main() -> None:
     total = time.perf_counter() - started
     print(f"{'final check':<18} {total - sum(times):8.2f}")
     print(f"{'compile total':<18} {total:8.2f}   (target: < 60 s)")
+    started = time.perf_counter()
+    program = emit(module, quantized)
+    emitted = time.perf_counter() - started
+    started = time.perf_counter()
+    data = container.to_bytes(program)
+    written = time.perf_counter() - started
+    print(f"{'emit (Program)':<18} {emitted:8.2f}")
+    print(f"{'.hbm bytes':<18} {written:8.2f}   ({len(data)} bytes)")
     attrs = module.module.op.attributes
     for key in (
         "npu.ddr_peak_bytes",

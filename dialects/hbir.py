@@ -71,6 +71,11 @@ Value = SSAValue | Operation
 # ------------------------------------------------------------------ helpers
 
 
+# A module attribute: the model rounds ties half up (the reference's legacy
+# rounding), in fake quantization, lookup tables and every integer step.
+ATTR_LEGACY_ROUND = "hbir.legacy_round"
+
+
 def si(width: int) -> IntegerType:
     """The signed integer type ``si<width>`` used for quantized tensors."""
     return IntegerType(width, Signedness.SIGNED)

@@ -52,7 +52,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
 )
-from xdsl.ir import Attribute, Dialect, Region, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -94,6 +94,13 @@ ATTR_UNIT = "npu.unit"  # "tae" | "vae" | "aae" | "dte" | "dma" | "cpu"
 ATTR_START = "npu.start"  # cycle the op starts (npu-schedule's estimate)
 ATTR_END = "npu.end"
 ATTR_BUFFER = "npu.buffer"  # {space, offset, size}
+# Debug origin (npu-lower stamps them; the passes after it carry them): the
+# quantized.bc op IDs (``dialects/op_ids.py``) an op computes (part of), and the
+# op whose whole result the op's first result is, in the layout
+# ``np.transpose(result, npu.value_perm)`` (no ``npu.value_perm``: the same).
+ATTR_ORIGIN = "npu.origin"  # array<i64: id, ...>
+ATTR_VALUE_OF = "npu.value_of"  # id : i64
+ATTR_VALUE_PERM = "npu.value_perm"  # array<i64: ...>
 # Module attributes.
 ATTR_SRAM_LIMIT = "npu.sram_limit"  # bytes; set by npu-tile, checked by verify
 ATTR_CHANNEL_ALIGN = "npu.channel_align"
@@ -109,6 +116,61 @@ def _int_width(value: SSAValue) -> int:
 
 def _values(attr: DenseArrayBase | None) -> tuple[int, ...]:
     return () if attr is None else tuple(attr.get_values())
+
+
+# ------------------------------------------------------------------ debug origin
+
+
+def origin(op: Operation) -> tuple[int, ...]:
+    """The quantized.bc op IDs ``op`` computes (part of); () if unknown."""
+    attr = op.attributes.get(ATTR_ORIGIN)
+    return _values(attr) if isinstance(attr, DenseArrayBase) else ()
+
+
+def value_of(op: Operation) -> tuple[int, tuple[int, ...] | None] | None:
+    """(id, perm): ``np.transpose(op's first result, perm)`` is the whole result
+    of quantized.bc's op ``id`` (perm None: as it is); None if it is no such value."""
+    attr = op.attributes.get(ATTR_VALUE_OF)
+    if not isinstance(attr, IntegerAttr):
+        return None
+    perm = op.attributes.get(ATTR_VALUE_PERM)
+    return attr.value.data, _values(perm) if isinstance(perm, DenseArrayBase) else None
+
+
+def set_origin(op: Operation, ids: Sequence[int]) -> None:
+    if ids:
+        op.attributes[ATTR_ORIGIN] = ints(sorted(set(ids)))
+
+
+def set_value_of(op: Operation, found: tuple[int, Sequence[int] | None] | None) -> None:
+    """Record (or, with None, drop) which quantized.bc value ``op`` computes; an
+    identity perm is not recorded."""
+    op.attributes.pop(ATTR_VALUE_OF, None)
+    op.attributes.pop(ATTR_VALUE_PERM, None)
+    if found is None:
+        return
+    op_id, perm = found
+    op.attributes[ATTR_VALUE_OF] = i64_attr(op_id)
+    if perm is not None and tuple(perm) != tuple(range(len(perm))):
+        op.attributes[ATTR_VALUE_PERM] = ints(perm)
+
+
+def permuted_value_of(op: Operation, perm: Sequence[int]) -> tuple | None:
+    """``op``'s value, seen through a result ``r2`` with ``r = np.transpose(r2,
+    perm)`` (``r`` being ``op``'s first result)."""
+    found = value_of(op)
+    if found is None:
+        return None
+    op_id, q = found
+    q = tuple(range(len(perm))) if q is None else q
+    return op_id, tuple(perm[i] for i in q)
+
+
+def absorb(new: Operation, replaced: Operation, absorbed: Sequence[Operation]) -> None:
+    """``new`` computes what ``absorbed`` did and gives ``replaced``'s result:
+    the union of their origins, ``replaced``'s value."""
+    set_origin(new, [i for o in (*absorbed, replaced) for i in origin(o)])
+    set_value_of(new, value_of(replaced))
 
 
 # ------------------------------------------------------------------ post-process

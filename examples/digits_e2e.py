@@ -11,9 +11,12 @@ each artifact to ``--out``:
     qat.export.pt      pre_export(qat.pt)'s state_dict: LUT ops as their exact tables
     qat.bc             export(qat.pt): HBIR with qnt.const_fake_quant
     quantized.bc       convert(qat.bc, "nash-e"): true fixed point
-    (compiled)         hbir.compile(quantized.bc, march="nash-e"): the npu program
-                       (layout, fusion, tiles, DMA, memory plan), run in the
-                       interpreter; no model.hbm file yet (the bytecode comes next)
+    (compiled)         lower_to_npu(quantized.bc, march="nash-e"): the npu program
+                       (layout, fusion, tiles, DMA, memory plan) hbir.compile
+                       emits, run in the interpreter
+    model.hbm          hbir.compile(quantized.bc, "model.hbm", march="nash-e"): the
+                       bytecode, loaded back with hbir.load and run on the
+                       simulated NPU (bit-identical to quantized.bc)
     gray_quantized.bc  qat.bc fed by an 8-bit gray camera plane (insert_transpose,
                        insert_image_preprocess, insert_image_convert("gray")),
                        converted: the gray codes v = 15 p of each digit pixel p
@@ -40,6 +43,7 @@ from sklearn.datasets import load_digits  # noqa: E402
 from torch import nn  # noqa: E402
 
 import hbir  # noqa: E402
+from hbir.compile import lower_to_npu  # noqa: E402
 from hbir.quantization import (  # noqa: E402
     DeQuantStub,
     FakeQuantState,
@@ -105,7 +109,8 @@ def torch_logits(model, x) -> np.ndarray:
         return model(x).numpy()
 
 
-def hbir_logits(module: hbir.Module, x) -> np.ndarray:
+def hbir_logits(module, x) -> np.ndarray:
+    """Logits of an ``hbir.Module`` or an ``Hbm``, batch by batch."""
     f = module["forward"]
     return np.concatenate([f(batch.numpy()) for batch in x.split(BATCH)])
 
@@ -164,7 +169,10 @@ def main() -> None:
     quantized = hbir.convert(qat_bc, "nash-e")
     hbir.save(quantized, out / "quantized.bc")
     step("compile -> the npu program (nash-e)")
-    compiled = hbir.compile(quantized, march="nash-e")
+    compiled = lower_to_npu(quantized, march="nash-e")
+
+    step("compile -> model.hbm (nash-e)")
+    hbir.compile(quantized, out / "model.hbm", march="nash-e")
 
     step("gray camera input -> gray_quantized.bc")
     gray_bc = hbir.load(out / "qat.bc")
@@ -181,6 +189,7 @@ def main() -> None:
         "qat.bc": hbir_logits(hbir.load(out / "qat.bc"), x_test),
         "quantized.bc": hbir_logits(hbir.load(out / "quantized.bc"), x_test),
         "compiled": hbir_logits(compiled, x_test),
+        "model.hbm": hbir_logits(hbir.load(out / "model.hbm"), x_test),
         "gray_quantized.bc": hbir_logits(
             hbir.load(out / "gray_quantized.bc"), gray_planes(x_test)
         ),
@@ -200,7 +209,9 @@ def main() -> None:
             diff = f"{np.abs(values - previous).max() / lsb:.2f}"
         print(f"{stage:<17} | {accuracy:>8.2%} | {agreement:>14.2%} | {diff:>15}")
         previous = values
-    print(f"\nartifacts in {out}/; done in {time.perf_counter() - start:.1f} s")
+    identical = np.array_equal(logits["model.hbm"], logits["quantized.bc"])
+    print(f"\nmodel.hbm bit-identical to quantized.bc: {identical}")
+    print(f"artifacts in {out}/; done in {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":

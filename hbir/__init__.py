@@ -25,9 +25,13 @@ _LAZY = {
     "March": "hbir.conversion",
     "Module": "hbir.module",
     "ModelTypeError": "hbir.module",
-    "load": "hbir.module",
+    "run_dataset": "hbir.module",
+    "Hbm": "hbir.hbm",
+    "load": "hbir.hbm",  # a .hbm file -> Hbm, any other model file -> Module
     "save": "hbir.module",
-    "statistics": "hbir.module",
+    "statistics": "hbir.hbm.statistics",
+    "hbm_perf": "hbir.hbm.perf",
+    "HbmFormatError": "hbir.hbm.errors",
 }
 
 
@@ -68,8 +72,12 @@ __all__ = [
     "HbirFileError",
     "HbirParseError",
     "HbirVerifyError",
+    "Hbm",
+    "HbmFormatError",
+    "hbm_perf",
     "Module",
     "load",
+    "run_dataset",
     "save",
     "statistics",
 ]

@@ -1,10 +1,11 @@
-"""``hbir.compile``: quantized.bc -> the NPU program.
+"""``hbir.compile``: quantized.bc -> the NPU program -> ``model.hbm``.
 
 The ``compile`` phase of ``passes/pipelines.py`` (``npu-lower``, ``npu-layout``,
 ``npu-fuse``, ``npu-tile``, ``npu-schedule``, ``npu-plan-memory``) on a clone of
 the model, the march passed to every pass, the module verified (IR and SRAM)
 after each pass — the same as ``hbir-opt quantized.bc --compile-to=compile
---march=<march>``.
+--march=<march>`` (:func:`lower_to_npu`); then the emitter turns the npu module
+into the program a ``.hbm`` file holds (:func:`compile`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from hbir import diagnostics
 from hbir.dialects import make_context
 from hbir.module import Module, require_module
 
-__all__ = ["compile", "compile_passes", "run_passes"]
+if TYPE_CHECKING:
+    from hbir.hbm import Hbm
+
+__all__ = ["compile", "compile_passes", "lower_to_npu", "run_passes"]
 
 
 def compile_passes(march: str, opt: int = 2, stop: str | None = None):
@@ -38,27 +43,19 @@ def compile_passes(march: str, opt: int = 2, stop: str | None = None):
     return passes
 
 
-def compile(  # noqa: A001 - the reference toolchain's name
+def lower_to_npu(
     m: Module,
-    path: str | os.PathLike | None = None,
     march: str = "nash-e",
     opt: int = 2,
-    jobs: int = 4,
-    debug: bool = False,
     progress_bar: bool = False,
     time_passes: bool = False,
 ) -> Module:
-    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m").
-
-    **What it returns today:** the compiled program as an ``hbir.Module`` in the
-    ``npu`` dialect (layout, fusion, tiles, DMA schedule and memory plan all in
-    the IR; ``m2["forward"].feed(...)`` runs it in the interpreter, bit for bit
-    what ``quantized.bc`` computes). The bytecode emitter and the ``.hbm`` file
-    are the next issue: ``path`` is checked (it must end in ``.hbm``) but **no
-    file is written**.
+    """The compile phase on a clone of ``quantized.bc``: the npu-dialect module
+    (layout, fusion, tiles, DMA schedule and memory plan all in the IR;
+    ``m2["forward"].feed(...)`` runs it in the interpreter, bit for bit what
+    ``quantized.bc`` computes). ``hbir.compile`` emits it as ``model.hbm``.
 
     ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
-    ``jobs`` and ``debug`` are accepted for the reference signature and unused.
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
     each pass's time to it. A model with fake quantization (qat.bc) is refused:
     convert it first.
@@ -66,10 +63,6 @@ def compile(  # noqa: A001 - the reference toolchain's name
     from hbir.passes.march import UnknownMarchError, get_march
 
     require_module(m, "hbir.compile", "compile")
-    if path is not None and not os.fspath(path).endswith(".hbm"):
-        raise diagnostics.HbirError(
-            f"hbir.compile: {os.fspath(path)}: the compiled model file ends in .hbm"
-        )
     try:
         march = get_march(march).name
     except UnknownMarchError as e:
@@ -91,6 +84,50 @@ def compile(  # noqa: A001 - the reference toolchain's name
 
     run_passes(compiled, passes, report)
     return compiled
+
+
+def compile(  # noqa: A001 - the reference toolchain's name
+    m: Module,
+    path: str | os.PathLike | None = None,
+    march: str = "nash-e",
+    opt: int = 2,
+    jobs: int = 4,
+    debug: bool = False,
+    progress_bar: bool = False,
+    time_passes: bool = False,
+) -> Hbm:
+    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m") into an
+    :class:`~hbir.hbm.Hbm`, written to ``path`` (a ``.hbm`` file) unless it is
+    None.
+
+    The compile phase (:func:`lower_to_npu`), then the emitter
+    (``hbir/hbm/emit.py``): the program is verified as the loader verifies a
+    file (``hbir/hbm/verify.py``), so what is returned is what ``hbir.load``
+    gives back. ``hbm["forward"].feed(...)`` runs it on the simulated NPU.
+
+    ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
+    ``jobs`` and ``debug`` are accepted for the reference signature and unused.
+    ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
+    each pass's time to it.
+    """
+    from hbir.hbm import Hbm, container, verify
+    from hbir.hbm.emit import emit
+
+    if path is not None and not os.fspath(path).endswith(".hbm"):
+        raise diagnostics.HbirError(
+            f"hbir.compile: {os.fspath(path)}: the compiled model file ends in .hbm"
+        )
+    compiled = lower_to_npu(m, march, opt, progress_bar, time_passes)
+    program = emit(compiled, m)
+    if path is None:
+
+        def fail(place: tuple, what: str):
+            raise diagnostics.HbirError(f"hbir.compile: emitted {place}: {what}")
+
+        verify.verify_program(program, fail)
+        return Hbm(program)
+    container.write(program, path)  # verifies it first
+    return Hbm(program, os.fspath(path))
 
 
 def run_passes(module: Module, passes, on_pass=None) -> None:

@@ -8,7 +8,7 @@ Shapes follow the reference toolchain's API: ``m.module.get_asm()``,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,16 @@ class Arguments(Sequence[Argument]):
 
     def __repr__(self) -> str:
         return repr(self._args)
+
+
+def _is_batch_of(shape: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """A batch of N > 1 samples of a batch-1 shape: ``(N, *expected[1:])``."""
+    return (
+        expected[:1] == (1,)
+        and len(shape) == len(expected)
+        and shape[0] > 1
+        and tuple(shape[1:]) == tuple(expected[1:])
+    )
 
 
 def _arg_name(attrs: DictionaryAttr | None, default: str) -> str:
@@ -146,7 +156,11 @@ class Function:
         ft = self.op.function_type
         return self._arguments(ft.outputs.data, self.op.res_attrs, "output")
 
-    def _check_inputs(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
+    def _check_inputs(
+        self, feed: Mapping[str, Any]
+    ) -> tuple[list[np.ndarray], int | None]:
+        """The inputs as C-contiguous arrays, and the batch size when every input
+        has a leading dimension of N where the function's has 1 (else None)."""
         inputs = self.inputs
         if not isinstance(feed, Mapping):
             example = ", ".join(f"{n!r}: x{i}" for i, n in enumerate(inputs.names))
@@ -166,13 +180,18 @@ class Function:
             raise FeedError(
                 f"@{self.name}: {'; '.join(parts)}; expected {inputs.names}"
             )
-        arrays = []
+        arrays, batches = [], {}
         for arg in inputs:
             x = _to_numpy(feed[arg.name], arg, f"@{self.name}: input '{arg.name}'")
-            if tuple(x.shape) != arg.shape:
+            if _is_batch_of(x.shape, arg.shape):
+                batches[arg.name] = x.shape[0]
+            elif tuple(x.shape) != arg.shape:
+                batch = ""
+                if arg.shape[:1] == (1,):
+                    batch = f" (or a batch: {('N', *arg.shape[1:])})"
                 raise FeedError(
                     f"@{self.name}: input '{arg.name}' has shape {tuple(x.shape)}, "
-                    f"expected {arg.shape}"
+                    f"expected {arg.shape}{batch}"
                 )
             if x.dtype != arg.dtype:
                 raise FeedError(
@@ -181,23 +200,55 @@ class Function:
                 )
             # (np.ascontiguousarray would make a rank-0 input 1-d)
             arrays.append(x if x.flags.c_contiguous else x.copy(order="C"))
-        return arrays
+        if not batches:
+            return arrays, None
+        sizes = set(batches.values())
+        if len(batches) != len(inputs) or len(sizes) != 1:
+            shapes = {a.name: x.shape for a, x in zip(inputs, arrays, strict=True)}
+            raise FeedError(
+                f"@{self.name}: a batch feed needs every input batched the same "
+                f"way (leading dimension N where the function has 1); got {shapes}"
+            )
+        outputs = self.outputs
+        single = [o for o in outputs if o.shape[:1] != (1,)]
+        if single:
+            raise FeedError(
+                f"@{self.name}: a batch feed needs outputs with a leading "
+                f"dimension of 1; output '{single[0].name}' has shape "
+                f"{single[0].shape}: feed one input at a time"
+            )
+        return arrays, sizes.pop()
 
     def feed(self, inputs: Mapping[str, Any], on_op=None) -> dict[str, np.ndarray]:
-        """Run the function on named inputs (numpy arrays or torch tensors)."""
+        """Run the function on named inputs (numpy arrays or torch tensors).
+
+        A function exported with batch 1 also takes a batch: every input with a
+        leading dimension of N instead of 1. It runs one sample at a time (the
+        interpreter's plan is built once) and returns each output with the N
+        results stacked along that dimension; ``on_op`` is called per sample.
+        """
+        arrays, batch = self._check_inputs(inputs)
+        if batch is None:
+            results = self._run(arrays, on_op)
+        else:
+            runs = [
+                self._run([x[i : i + 1] for x in arrays], on_op) for i in range(batch)
+            ]
+            results = [np.concatenate(ys) for ys in zip(*runs, strict=True)]
+        return Outputs(zip(self.outputs.names, results, strict=True))
+
+    def _run(self, arrays: list[np.ndarray], on_op) -> list[np.ndarray]:
         from hbir.runtime.interpreter import run_function
 
-        arrays = self._check_inputs(inputs)
         results = run_function(
             self.op, arrays, rounding=self._module.rounding, on_op=on_op
         )
         # An output that is (a view of) an input is copied: the caller's array
         # must not come back as a result.
-        results = [
+        return [
             y.copy() if any(np.may_share_memory(y, x) for x in arrays) else y
             for y in results
         ]
-        return Outputs(zip(self.outputs.names, results, strict=True))
 
     def __call__(self, *arrays: Any):
         """Positional call: ``f(x)`` -> one array, or a tuple for several outputs."""
@@ -366,6 +417,64 @@ class Module:
     def __repr__(self) -> str:
         names = [f.name for f in self.functions]
         return f"<hbir.Module functions={names}>"
+
+
+def run_dataset(
+    function: Function | Module,
+    loader: Iterable[Any],
+    *,
+    progress: bool = True,
+    total: int | None = None,
+) -> Iterator[Outputs]:
+    """Feed every item of ``loader`` to ``function``, yielding each result.
+
+    An item is what ``feed`` takes (a dict of named inputs), a tuple / list of
+    arrays in input order, or one array for a one-input function; a batch (leading
+    dimension N where the function has 1) gives batched outputs. Results are
+    yielded one item at a time, so memory stays bounded by one item's results
+    unless the caller keeps them. A module stands for its only function. With
+    ``progress`` a tqdm bar counts the items (``total`` defaults to
+    ``len(loader)`` when the loader has one)::
+
+        for out in hbir.run_dataset(quantized[0], images):
+            logits = out["_output_0"]
+    """
+    if isinstance(function, Module):
+        functions = function.functions
+        if len(functions) != 1:
+            names = [f.name for f in functions]
+            raise FeedError(
+                f"run_dataset: the module has functions {names}; pass one, e.g. "
+                f"module[{names[0]!r}]"
+            )
+        function = functions[0]
+    names = function.inputs.names
+    if total is None and hasattr(loader, "__len__"):
+        total = len(loader)
+    if progress:
+        from tqdm import tqdm
+
+        loader = tqdm(loader, desc=f"@{function.name}", total=total, unit="item")
+    for index, item in enumerate(loader):
+        yield function.feed(_named_inputs(item, names, f"run_dataset item {index}"))
+
+
+def _named_inputs(item: Any, names: list[str], where: str) -> Mapping[str, Any]:
+    if isinstance(item, Mapping):
+        return item
+    if isinstance(item, tuple | list):
+        if len(item) != len(names):
+            raise FeedError(
+                f"{where}: has {len(item)} arrays, the function takes "
+                f"{len(names)} inputs {names}"
+            )
+        return dict(zip(names, item, strict=True))
+    if len(names) != 1:
+        raise FeedError(
+            f"{where}: one array for a function with inputs {names}; yield a "
+            f"dict or a tuple in input order"
+        )
+    return {names[0]: item}
 
 
 def load(path: str | os.PathLike) -> Module:

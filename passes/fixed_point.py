@@ -41,13 +41,12 @@ from xdsl.pattern_rewriter import PatternRewriter
 from xdsl.rewriter import InsertPoint
 
 from hbir.dialects import hbir, qnt
-from hbir.dialects.hbir import si, tensor_type
+from hbir.dialects.hbir import ATTR_LEGACY_ROUND, si, tensor_type
 from hbir.errors import HbirOpError
 from hbir.runtime import numerics, op_table
 
 ATTR_DEVICE = "hbir.device"
 ATTR_CPU_REASON = "hbir.cpu_reason"
-ATTR_LEGACY_ROUND = "hbir.legacy_round"
 ATTR_FUSE_REQUANTIZE = "hbir.fuse_requantize"
 
 

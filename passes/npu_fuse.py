@@ -93,7 +93,9 @@ def _rebuild(op: Operation, *, operands=None, result_type=None, **props) -> Oper
 
 
 def _replace(old_ops: list[Operation], new: Operation, at: Operation) -> None:
-    """``new`` goes before ``at`` and takes over the last old op's result."""
+    """``new`` goes before ``at`` and takes over the last old op's result (and
+    computes what all of them did: ``npu.absorb``)."""
+    npu.absorb(new, old_ops[-1], old_ops)
     Rewriter.insert_op(new, InsertPoint.before(at))
     old_ops[-1].results[0].replace_all_uses_with(new.results[0])
     for o in reversed(old_ops):
@@ -143,6 +145,7 @@ def _bias(e: npu.EltwiseOp) -> bool:
             data.reshape(channels).astype(np.int64), c.output.type.element_type
         )
         b.location = c.location
+        npu.set_origin(b, npu.origin(c))
         Rewriter.insert_op(b, InsertPoint.before(e))
         pre = p.pre_shift if p.pre_shift is not None else i64_attr(0)
         new = _rebuild(p, operands=[p.input, p.weight, b.output], pre_shift=pre)
@@ -246,6 +249,7 @@ def _inputs(e: npu.EltwiseOp) -> bool:
         in_shift=ints(ss),
         rounding=StringAttr(rounding.pop()),
     )
+    npu.absorb(new, e, fused)
     Rewriter.insert_op(new, InsertPoint.before(e))
     e.output.replace_all_uses_with(new.output)
     erase(e)
@@ -273,6 +277,7 @@ def _casts(op: Operation) -> bool:
     if not dropped:
         return False
     new = _rebuild(op, operands=operands)
+    npu.absorb(new, op, dropped)
     Rewriter.insert_op(new, InsertPoint.before(op))
     op.results[0].replace_all_uses_with(new.results[0])
     erase(op)

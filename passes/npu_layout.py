@@ -73,6 +73,9 @@ def _fold_constant_transpose(op: npu.TransposeOp) -> bool:
     data = np.transpose(dense_array(src.value), _perm(op))
     c = constant(data, op.output.type.element_type)
     c.location = src.location
+    npu.set_origin(c, npu.origin(src))
+    inverse = tuple(int(i) for i in np.argsort(_perm(op)))
+    npu.set_value_of(c, npu.permuted_value_of(src, inverse))
     Rewriter.insert_op(c, InsertPoint.before(op))
     op.output.replace_all_uses_with(c.output)
     erase(op)
@@ -92,6 +95,7 @@ def _merge(op: npu.TransposeOp, to_reshape: bool = False) -> bool:
         else:
             t = transpose(src.input, composed)
             t.location = op.location
+            npu.absorb(t, op, [src])
             Rewriter.insert_op(t, InsertPoint.before(op))
             op.output.replace_all_uses_with(t.output)
         erase(op)
@@ -107,6 +111,7 @@ def _merge(op: npu.TransposeOp, to_reshape: bool = False) -> bool:
     if to_reshape and moved == sorted(moved):  # only size-1 dims move: the same bytes
         r = npu.ReshapeOp.create(operands=[op.input], result_types=[op.output.type])
         r.location = op.location
+        npu.absorb(r, op, [])
         Rewriter.insert_op(r, InsertPoint.before(op))
         op.output.replace_all_uses_with(r.output)
         erase(op)
@@ -160,6 +165,7 @@ def _sink(op: Operation) -> bool:
         data = data.reshape((1,) * (rank - data.ndim) + data.shape)
         c = constant(np.transpose(data, inv), v.type.element_type)
         c.location = owner.location
+        npu.set_origin(c, npu.origin(owner))
         Rewriter.insert_op(c, InsertPoint.before(op))
         operands.append(c.output)
     props = dict(op.properties)
@@ -185,9 +191,11 @@ def _sink(op: Operation) -> bool:
         attributes=dict(op.attributes),
     )
     new.location = op.location
+    npu.set_value_of(new, npu.permuted_value_of(op, perm))  # op = T_perm(new)
     Rewriter.insert_op(new, InsertPoint.before(op))
     back = transpose(new.results[0], perm)
     back.location = op.location
+    npu.absorb(back, op, [])
     Rewriter.insert_op(back, InsertPoint.before(op))
     op.results[0].replace_all_uses_with(back.output)
     olds = [v.owner for v in op.operands]

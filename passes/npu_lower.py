@@ -46,6 +46,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from hbir.dialects import hbir, npu, qnt
 from hbir.dialects.hbir import ints, shape_of
+from hbir.dialects.op_ids import op_ids
 from hbir.errors import HbirError
 from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
 
@@ -353,8 +354,11 @@ def cpu_reason(op: Operation) -> str | None:
 # ------------------------------------------------------------------ islands
 
 
-def _close_island(island: list[Operation], before: Operation) -> None:
-    """Replace consecutive CPU ops by one ``npu.cpu_call`` placed before ``before``."""
+def _close_island(
+    island: list[Operation], before: Operation, ids: dict[Operation, int]
+) -> None:
+    """Replace consecutive CPU ops by one ``npu.cpu_call`` placed before ``before``
+    (its origin: the island's op IDs; its value: the first result's op's)."""
     inside = set(island)
     defined = {r for op in island for r in op.results}
     args: list[SSAValue] = []
@@ -381,6 +385,10 @@ def _close_island(island: list[Operation], before: Operation) -> None:
         args, [o.type for o in outs], Region(block), ", ".join(reasons)
     )
     call.location = island[0].location
+    npu.set_origin(call, [ids[op] for op in island if op in ids])
+    first = outs[0].owner if outs else None
+    if first in ids and outs[0] is first.results[0]:
+        npu.set_value_of(call, (ids[first], None))
     Rewriter.insert_op(call, InsertPoint.before(before))
     for old, new in zip(outs, call.res, strict=True):
         old.replace_uses_with_if(new, lambda use: use.operation not in inside)
@@ -389,6 +397,19 @@ def _close_island(island: list[Operation], before: Operation) -> None:
 
 
 ATTR_ACC_MAY_SATURATE = "npu.acc_may_saturate"
+
+
+def _code_bits(value: SSAValue) -> int:
+    """The width a gemm operand's codes can need: its type's, less the bits that a
+    right shift by a power of two took off (convert's ``gemm_operand_shifts``:
+    ``|round(q / 2**s)| <= 2**(bits-1-s)``)."""
+    bits = value.type.element_type.width.data
+    owner = value.owner
+    if isinstance(owner, npu.RescaleOp) and owner.multiplier is not None:
+        multiplier, shift = owner.multiplier.get_values(), owner.shift.get_values()
+        if tuple(multiplier) == (1,) and len(shift) == 1 and shift[0] > 0:
+            bits -= shift[0]
+    return bits
 
 
 def _mark_accumulator(op: Operation) -> None:
@@ -405,26 +426,50 @@ def _mark_accumulator(op: Operation) -> None:
         terms = (w[0] // op.groups.value.data) * w[1] * w[2]
     else:
         terms = w[-1] if op.transpose_b.value.data else w[-2]
-    bits = [v.type.element_type.width.data for v in (op.input, op.weight)]
+    bits = [_code_bits(v) for v in (op.input, op.weight)]
     if not accumulator_fits(terms, *bits):
         op.attributes[ATTR_ACC_MAY_SATURATE] = BoolAttr.from_bool(True)
 
 
+def _stamp(op: Operation, new_ops: list[Operation], values, op_id: int) -> None:
+    """The debug origin of ``op``'s lowering: every new op computes (part of) op
+    ``op_id``; the one whose result replaces op's first result (or is its NHWC
+    form, transposed back by a following new op) is that op's value."""
+    for n in new_ops:
+        npu.set_origin(n, [op_id])
+        if not n.results:
+            continue
+        if values and n.results[0] is values[0]:
+            npu.set_value_of(n, (op_id, None))
+            continue
+        for t in new_ops:
+            if (
+                isinstance(t, npu.TransposeOp)
+                and t.input is n.results[0]
+                and values
+                and t.output is values[0]
+            ):
+                npu.set_value_of(n, (op_id, tuple(t.perm.get_values())))
+
+
 def lower_function(f: func.FuncOp) -> None:
+    ids = {op: i for i, op in op_ids(f).items()}  # quantized.bc's %N
     island: list[Operation] = []
     for op in list(f.body.block.ops):
         if isinstance(op, func.ReturnOp):
             if island:
-                _close_island(island, op)
+                _close_island(island, op, ids)
             break
         if op.dialect_name() == "npu":  # already lowered
             if island:
-                _close_island(island, op)
+                _close_island(island, op, ids)
                 island = []
             continue
         if isinstance(op, hbir.ConstantOp):
             c = npu.ConstantOp(op.value)
             c.location = op.location
+            if op in ids:
+                _stamp(op, [c], [c.output], ids[op])
             Rewriter.insert_op(c, InsertPoint.before(op))
             op.output.replace_all_uses_with(c.output)
             erase(op)
@@ -435,9 +480,11 @@ def lower_function(f: func.FuncOp) -> None:
             island.append(op)
             continue
         if island:
-            _close_island(island, op)
+            _close_island(island, op, ids)
             island = []
         new_ops, values = lowered
+        if op in ids:
+            _stamp(op, new_ops, values, ids[op])
         for n in new_ops:
             n.location = op.location
             _mark_accumulator(n)

@@ -64,12 +64,14 @@ def _insert_dma(f: func.FuncOp) -> list[Operation]:
         for v in op.operands:
             load = npu.DmaLoadOp(v)
             load.location = op.location
+            npu.set_origin(load, npu.origin(op))
             Rewriter.insert_op(load, InsertPoint.before(op))
             loaded.append(load.output)
         op.operands = loaded
         for r in op.results:
             store = npu.DmaStoreOp(r)
             store.location = op.location
+            npu.set_origin(store, npu.origin(op))
             Rewriter.insert_op(store, InsertPoint.after(op))
             r.replace_uses_with_if(
                 store.output, lambda u, s=store: u.operation is not s

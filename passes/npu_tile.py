@@ -12,14 +12,18 @@ fewest tiles that each fit:
   (``padding = [top, left, bottom, right]``);
 * elementwise / rescale / cast / lut / reduce (not over dim 1): the same rows of
   every operand that has them (broadcast operands whole);
-* gemm: rows of its first operand (the weight whole).
+* gemm: rows of its first operand (the weight whole);
+* a conv (not grouped) or linear gemm whose weight does not fit: output-channel
+  tiles, each with its rows of the weight, bias and per-channel requantization
+  (new constants) and the whole input, joined along the channel axis; a channel
+  tile that still does not fit is split into row tiles.
 
 Each tile reads ``npu.slice`` views and the tiles' results are joined by an
 ``npu.concat`` (a view: the tiles write side by side in one buffer); tile ops are
 marked ``npu.tile = array<i64: index, count>``. The module records the limit
 (``npu.sram_limit``), and from then on the verifier checks every compute op
 against it (``npu.verify_sram``): an op that cannot be tiled to fit (one row too
-large, or a weight larger than SRAM) is an error naming the op.
+large, or one output channel's weight larger than SRAM) is an error naming the op.
 
 Before (SRAM 64 KiB)::
 
@@ -48,8 +52,9 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from hbir.dialects import npu
-from hbir.dialects.hbir import i64_attr, ints, shape_of
+from hbir.dialects.hbir import dense_array, i64_attr, ints, shape_of
 from hbir.passes.march import get_npu
+from hbir.passes.npu_layout import constant
 from hbir.passes.npu_lower import CompileError, erase, require_lowered
 
 
@@ -174,6 +179,110 @@ def _build_tile(op: Operation, axis: int, r0: int, r1: int):
     return ops, tile
 
 
+def _channel_tileable(op: Operation) -> bool:
+    """A conv (not grouped) or a linear gemm: its output channels (the weight's
+    first axis) can be computed apart."""
+    if isinstance(op, npu.ConvOp):
+        return op.groups.value.data == 1
+    return isinstance(op, npu.GemmOp) and bool(op.transpose_b.value.data)
+
+
+def _per_channel(attr, c0: int, c1: int):
+    """A per-channel property's channels [c0, c1) (a per-tensor one as it is)."""
+    if attr is None:
+        return None
+    values = list(attr.get_values())
+    return attr if len(values) == 1 else ints(values[c0:c1])
+
+
+def _constant_rows(value: SSAValue, c0: int, c1: int, at: Operation) -> SSAValue:
+    """Rows [c0, c1) of a constant's first axis, as a new constant before ``at``."""
+    src = value.owner
+    c = constant(dense_array(src.value)[c0:c1], value.type.element_type)
+    c.location = src.location
+    npu.set_origin(c, npu.origin(src))
+    Rewriter.insert_op(c, InsertPoint.before(at))
+    return c.output
+
+
+def _channel_tile_types(op: Operation, c: int) -> list[TensorType]:
+    """The types a tile of ``c`` output channels works on."""
+    axis = len(shape_of(op.results[0])) - 1
+    types = [op.operands[0].type]
+    types += [_with_rows(v.type, 0, c) for v in op.operands[1:]]
+    return types + [_with_rows(op.results[0].type, axis, c)]
+
+
+def tile_channels(op: Operation, limit: int, align: int) -> int:
+    """Split a conv / linear whose weight does not fit into output-channel tiles:
+    each reads the whole input and its channels' weight rows, bias and
+    requantization; the tiles are joined along the channel axis. A tile that
+    still does not fit is then split into row tiles. The count (1: not done)."""
+    if not _channel_tileable(op) or not all(
+        isinstance(v.owner, npu.ConstantOp) for v in op.operands[1:]
+    ):
+        return 1
+    out = shape_of(op.results[0])
+    axis, channels = len(out) - 1, out[-1]
+    for n in range(2, channels + 1):
+        ranges = _rows(channels, n)
+        c = ranges[0][1] - ranges[0][0]
+        params = sum(
+            npu.aligned_bytes(t, align) for t in _channel_tile_types(op, c)[1:-1]
+        )
+        whole = sum(npu.aligned_bytes(t, align) for t in _channel_tile_types(op, c))
+        if whole <= limit or (_tileable(op) is not None and 2 * params <= limit):
+            break
+    else:
+        return 1
+    tiles = []
+    for i, (c0, c1) in enumerate(ranges):
+        operands = [op.operands[0]]
+        operands += [_constant_rows(v, c0, c1, op) for v in op.operands[1:]]
+        props = dict(op.properties)
+        for key in ("multiplier", "shift"):
+            sliced = _per_channel(props.get(key), c0, c1)
+            if sliced is not None:
+                props[key] = sliced
+        t = type(op).create(
+            operands=operands,
+            result_types=[_with_rows(op.results[0].type, axis, c1 - c0)],
+            properties=props,
+            attributes=dict(op.attributes),
+        )
+        t.location = op.location
+        t.attributes[npu.ATTR_TILE] = ints([i, len(ranges)])
+        npu.set_value_of(t, None)  # a tile is part of the value
+        Rewriter.insert_op(t, InsertPoint.before(op))
+        tiles.append(t)
+    cat = npu.ConcatOp.create(
+        operands=[t.results[0] for t in tiles],
+        result_types=[op.results[0].type],
+        properties={"dim": i64_attr(axis)},
+    )
+    cat.location = op.location
+    npu.absorb(cat, op, [])
+    Rewriter.insert_op(cat, InsertPoint.before(op))
+    op.results[0].replace_all_uses_with(cat.output)
+    sliced = [v.owner for v in op.operands[1:]]
+    erase(op)
+    for c in sliced:  # the whole weight / bias, now unused
+        if not c.output.uses:
+            erase(c)
+    for t in tiles:
+        if npu.working_set(t, align) > limit:
+            tile_op(t, limit, align)
+    return len(ranges)
+
+
+def _discard(built) -> None:
+    """Erase the (never inserted) ops of a tiling that did not fit, so that they
+    leave no uses behind on the values they read."""
+    for ops, _ in built:
+        for o in reversed(ops):
+            o.erase()
+
+
 def tile_op(op: Operation, limit: int, align: int) -> int:
     """Split ``op`` into the fewest row tiles that fit ``limit``; the count."""
     axis = _tileable(op)
@@ -186,13 +295,16 @@ def tile_op(op: Operation, limit: int, align: int) -> int:
         built = [_build_tile(op, axis, r0, r1) for r0, r1 in ranges]
         if all(npu.working_set(t, align) <= limit for _, t in built):
             break
+        _discard(built)
     else:
         return 1
     tiles = []
     for i, (ops, t) in enumerate(built):
         t.attributes[npu.ATTR_TILE] = ints([i, len(built)])
+        npu.set_value_of(t, None)  # a tile is part of the value
         for o in ops:
             o.location = op.location
+            npu.set_origin(o, npu.origin(op))
             Rewriter.insert_op(o, InsertPoint.before(op))
         tiles.append(t.results[0])
     cat = npu.ConcatOp.create(
@@ -201,6 +313,7 @@ def tile_op(op: Operation, limit: int, align: int) -> int:
         properties={"dim": i64_attr(axis)},
     )
     cat.location = op.location
+    npu.absorb(cat, op, [])
     Rewriter.insert_op(cat, InsertPoint.before(op))
     op.results[0].replace_all_uses_with(cat.output)
     erase(op)
@@ -227,7 +340,8 @@ class NpuTilePass(ModulePass):
                 continue
             for inner in list(f.body.block.ops):
                 if npu.is_compute(inner) and npu.working_set(inner, align) > limit:
-                    tile_op(inner, limit, align)
+                    if tile_op(inner, limit, align) == 1:
+                        tile_channels(inner, limit, align)
         op.attributes[npu.ATTR_SRAM_LIMIT] = i64_attr(limit)
         try:
             npu.verify_sram(op)

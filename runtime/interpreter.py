@@ -6,9 +6,10 @@ A kernel is a small pure function ``(op, *operand_arrays) -> tuple of results``.
 Float ops call exactly the torch functional a torch model calls, on
 ``torch.from_numpy`` views, so an exported model and its IR agree bit for bit.
 Integer ops (element types ``si8`` / ``si16`` / ``si32``) are exact: conv, linear
-and matmul accumulate in float64 torch kernels, which are exact while every partial
-sum stays below 2**53 (checked from the operand widths), then add the si32 bias in
-int64 and saturate to si32; elementwise ops and sums run in int64 and saturate to
+and matmul sum with ``runtime/kernels.py`` (``torch._int_mm`` for int8, float
+kernels only where every partial sum provably stays exact; the operand widths
+must keep it below 2**53), then add the si32 bias in int64 and saturate to si32;
+elementwise ops and sums run in int64 and saturate to
 the result type; means and average pools divide an exact int64 sum once with
 ``numerics.divide_round`` (half-to-even). Quantization follows
 ``runtime/numerics.py``, the single source of integer semantics.
@@ -21,6 +22,9 @@ but is not guaranteed bit-exact for all of them.
 
 Data-movement ops (transpose, slice, split) return numpy views where torch returns
 views, so a following reduction sees the same strides as in the torch model.
+
+``run_function`` runs a function as a plan prepared once (``runtime/plan.py``);
+with ``on_op`` it runs this module's loop, op by op.
 
 This module imports torch: only code that executes a model imports it.
 """
@@ -45,7 +49,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import dense_array, numpy_dtype
 from hbir.errors import HbirError
-from hbir.runtime import integer_ops, numerics, yuv
+from hbir.runtime import integer_ops, kernels, numerics, yuv
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -69,7 +73,7 @@ def _shape(value: SSAValue) -> tuple[int, ...]:
     return tuple(t.get_shape())
 
 
-def _code_range(element: Attribute, narrow_range: bool = False) -> tuple[int, int]:
+def code_range(element: Attribute, narrow_range: bool = False) -> tuple[int, int]:
     """The integer code range of an element type; narrow drops the lowest code."""
     dtype = numpy_dtype(element)
     if dtype.kind == "f":
@@ -108,12 +112,22 @@ def _float_out(op: Operation, y: torch.Tensor | np.ndarray) -> np.ndarray:
 def _int_out(op: Operation, y: np.ndarray) -> np.ndarray:
     """An exact int64 result saturated to the op's (first) result type."""
     element = _element(op.results[0])
-    lo, hi = _code_range(element)
+    lo, hi = code_range(element)
     return np.asarray(np.clip(y, lo, hi), numpy_dtype(element))
 
 
 def _is_float(x: np.ndarray) -> bool:
     return x.dtype.kind == "f"
+
+
+def exact_grids(op: Operation) -> numerics.Grids:
+    """``qnt.exact(op)``, parsed once per mark: the parse is cached on the op
+    and reused while the op carries the same (immutable) attribute object."""
+    mark = op.attributes[qnt.EXACT]
+    cached = op.__dict__.get("_hbir_grids")
+    if cached is None or cached[0] is not mark:
+        cached = op.__dict__["_hbir_grids"] = (mark, qnt.exact(op))
+    return cached[1]
 
 
 # ------------------------------------------------------------------ constant
@@ -167,7 +181,7 @@ def _elementwise(
         op: Operation, *args: np.ndarray, rounding: str = numerics.HALF_EVEN
     ) -> tuple[np.ndarray, ...]:
         if exact is not None and qnt.EXACT in op.attributes:
-            y = numerics.fixed_point_binary(exact, qnt.exact(op), *args, rounding)
+            y = numerics.fixed_point_binary(exact, exact_grids(op), *args, rounding)
             return (_float_out(op, torch.from_numpy(y)),)
         if _is_float(args[0]):
             return (_float_out(op, float_fn(*map(_t, args))),)
@@ -189,7 +203,7 @@ def _clip(
     Integer: clip to the bounds rounded half-to-even."""
     lo, hi = op.min.value.data, op.max.value.data
     if qnt.EXACT in op.attributes:
-        y = numerics.fixed_point_clip(qnt.exact(op), x, lo, hi, rounding)
+        y = numerics.fixed_point_clip(exact_grids(op), x, lo, hi, rounding)
         return (_float_out(op, torch.from_numpy(y)),)
     if _is_float(x):
         return (_float_out(op, torch.clamp(_t(x), lo, hi)),)
@@ -236,7 +250,7 @@ def _reduce_args(op: hbir.ReduceOp) -> tuple[tuple[int, ...], bool]:
 def _exact_mean(op, x, dims, keepdim, divisor, rounding):
     """A sum / mean marked ``qnt.exact``: ``numerics.fixed_point_mean``."""
     y = numerics.fixed_point_mean(
-        qnt.exact(op), x, tuple(dims), keepdim, divisor, rounding
+        exact_grids(op), x, tuple(dims), keepdim, divisor, rounding
     )
     return (_float_out(op, torch.from_numpy(np.asarray(y))),)
 
@@ -283,13 +297,15 @@ def _reduce_max(op: hbir.ReduceMaxOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
 # ------------------------------------------------------------------ conv / gemm
 
 
+def f64_inexact(x_dtype, w_dtype, terms: int) -> bool:
+    """Whether ``terms`` products of the dtypes' extreme codes could pass 2**53
+    (the bound the integer gemms were specified with; they refuse beyond it)."""
+    bound = terms * kernels.magnitude(x_dtype) * kernels.magnitude(w_dtype)
+    return bound > 2**53
+
+
 def _check_exact(x: np.ndarray, w: np.ndarray, terms: int) -> None:
-    """float64 accumulation is exact while terms * max|x| * max|w| <= 2**53."""
-    bound = terms
-    for a in (x, w):
-        info = np.iinfo(a.dtype)
-        bound *= max(-int(info.min), int(info.max))
-    if bound > 2**53:
+    if f64_inexact(x.dtype, w.dtype, terms):
         raise InterpreterError(
             f"{terms}-term {x.dtype} x {w.dtype} accumulation may exceed 2**53"
         )
@@ -300,7 +316,7 @@ def _exact_gemm(
 ):
     """A float gemm marked ``qnt.exact``: its integer lowering's numbers
     (``numerics.fixed_point_gemm``), with ``gemm`` the float64 torch kernel."""
-    grids = qnt.exact(op)
+    grids = exact_grids(op)
 
     def accumulate(a: np.ndarray, c: np.ndarray) -> np.ndarray:
         return gemm(torch.from_numpy(a), torch.from_numpy(c)).numpy()
@@ -339,7 +355,9 @@ def _conv2d(op: hbir.Conv2dOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding
         bias = None if b is None else _t(b)
         return (_float_out(op, F.conv2d(_t(x), _t(w), bias, *params)),)
     _check_exact(x, w, terms)
-    y = integer_ops.conv2d(x, w, b, *params, bits=_bits(op), engine=_conv2d_engine)
+    y = integer_ops.conv2d(
+        x, w, b, *params, bits=result_bits(op), engine=_conv2d_engine
+    )
     return (_int_out(op, y),)
 
 
@@ -351,20 +369,16 @@ def _conv_transpose2d_f64(a: torch.Tensor, c: torch.Tensor, *, params):
     return F.conv_transpose2d(a, c, None, *params)
 
 
-def _bits(op: Operation) -> int:
+def result_bits(op: Operation) -> int:
     """The width of the op's integer result (what its exact value saturates to)."""
-    return _code_range(_element(op.results[0]))[1].bit_length() + 1
+    return code_range(_element(op.results[0]))[1].bit_length() + 1
 
 
-# Exact-sum engines for ``integer_ops`` (its semantics; torch float64 for speed,
-# exact while every partial sum is below 2**53, which ``_check_exact`` ensures).
+# Exact-sum engines for ``integer_ops`` (its semantics; ``runtime/kernels.py``
+# picks an exact fast path: torch._int_mm for int8, float where provably exact).
 def _conv2d_engine(x, w, stride, pads, dilation, groups):
-    t, lf, b, r = pads
-    xt = _f64(x)
-    if (t, lf) != (b, r):
-        xt = F.pad(xt, (lf, r, t, b))
-        t = lf = 0
-    return F.conv2d(xt, _f64(w), None, stride, (t, lf), dilation, groups).numpy()
+    packed = kernels.pack_conv2d(w, x.dtype, groups)
+    return kernels.conv2d_sums(x, packed, stride, pads, dilation)
 
 
 def _conv_transpose2d_engine(x, w, stride, padding, output_padding, groups, dilation):
@@ -374,11 +388,7 @@ def _conv_transpose2d_engine(x, w, stride, padding, output_padding, groups, dila
 
 
 def _linear_engine(x, w):
-    return F.linear(_f64(x), _f64(w)).numpy()
-
-
-def _matmul_engine(a, b):
-    return torch.matmul(_f64(a), _f64(b)).numpy()
+    return kernels.linear_sums(x, kernels.pack_linear(w, x.dtype))
 
 
 def _conv_transpose2d(
@@ -411,7 +421,7 @@ def _conv_transpose2d(
         return (_float_out(op, F.conv_transpose2d(_t(x), _t(w), bias, *params)),)
     _check_exact(x, w, terms)
     y = integer_ops.conv_transpose2d(
-        x, w, b, *params, bits=_bits(op), engine=_conv_transpose2d_engine
+        x, w, b, *params, bits=result_bits(op), engine=_conv_transpose2d_engine
     )
     return (_int_out(op, y),)
 
@@ -426,7 +436,7 @@ def _linear(op: hbir.LinearOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding
         bias = None if b is None else _t(b)
         return (_float_out(op, F.linear(_t(x), _t(w), bias)),)
     _check_exact(x, w, w.shape[1])
-    y = integer_ops.linear(x, w, b, bits=_bits(op), engine=_linear_engine)
+    y = integer_ops.linear(x, w, b, bits=result_bits(op), engine=_linear_engine)
     return (_int_out(op, y),)
 
 
@@ -448,7 +458,7 @@ def _matmul(op: hbir.MatmulOp, a: np.ndarray, b: np.ndarray, *, rounding=None):
     if _is_float(a):
         return (_float_out(op, torch.matmul(_t(a), _t(b))),)
     _check_exact(a, b, a.shape[-1])
-    y = integer_ops.matmul(a, b, bits=_bits(op), engine=_matmul_engine)
+    y = integer_ops.matmul(a, b, bits=result_bits(op), engine=kernels.matmul_sums)
     return (_int_out(op, y),)
 
 
@@ -472,7 +482,7 @@ def _max_pool2d(
     if _is_float(x):
         y = F.max_pool2d(_t(x), **args)
         if qnt.EXACT in op.attributes:
-            y = numerics.fixed_point_rescale(qnt.exact(op), y.numpy(), mode=rounding)
+            y = numerics.fixed_point_rescale(exact_grids(op), y.numpy(), mode=rounding)
             y = torch.from_numpy(y)
         return (_float_out(op, y),)
     y = integer_ops.max_pool2d(
@@ -498,7 +508,7 @@ def _avg_pool2d(
     out_hw = tuple(_shape(op.results[0])[2:])
     if qnt.EXACT in op.attributes:
         y = numerics.fixed_point_avg_pool(
-            qnt.exact(op), x, *window, include_pad, out_hw, rounding
+            exact_grids(op), x, *window, include_pad, out_hw, rounding
         )
         return (_float_out(op, torch.from_numpy(np.asarray(y))),)
     if _is_float(x):
@@ -518,7 +528,7 @@ def _global_avg_pool2d(
         return _exact_mean(op, x, (2, 3), True, x.shape[2] * x.shape[3], rounding)
     if _is_float(x):
         return (_float_out(op, F.adaptive_avg_pool2d(_t(x), 1)),)
-    return (_int_out(op, integer_ops.global_avg_pool2d(x, bits=_bits(op))),)
+    return (_int_out(op, integer_ops.global_avg_pool2d(x, bits=result_bits(op))),)
 
 
 def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -539,7 +549,7 @@ def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
         y = F.interpolate(_t(x), mode=mode, align_corners=corners, **how)
         return (_float_out(op, y),)
     y = F.interpolate(_f64(x), mode=mode, align_corners=corners, **how).numpy()
-    return (_int_out(op, integer_ops.resize_rint(y, _bits(op))),)
+    return (_int_out(op, integer_ops.resize_rint(y, result_bits(op))),)
 
 
 def _npu_bilinear(op: hbir.Resize2dOp, x: np.ndarray, corners: bool) -> np.ndarray:
@@ -553,7 +563,7 @@ def _npu_bilinear(op: hbir.Resize2dOp, x: np.ndarray, corners: bool) -> np.ndarr
     if _is_float(x):
         y = numerics.resize_bilinear(x.astype(np.float64), *taps)
         return y.astype(numpy_dtype(_element(op.output)))
-    y = integer_ops.resize_bilinear_npu(x, (oh, ow), corners, scale, _bits(op))
+    y = integer_ops.resize_bilinear_npu(x, (oh, ow), corners, scale, result_bits(op))
     return _int_out(op, y)
 
 
@@ -565,7 +575,7 @@ def _concat(
 ) -> tuple[np.ndarray, ...]:
     """Marked ``qnt.exact``: each input's codes rescaled onto the output grid."""
     if qnt.EXACT in op.attributes:
-        grids = qnt.exact(op)
+        grids = exact_grids(op)
         xs = tuple(
             numerics.fixed_point_rescale(grids, x, i, mode=rounding)
             for i, x in enumerate(xs)
@@ -608,7 +618,7 @@ def _pad(op: hbir.PadOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     widths = [(max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high, strict=True)]
     value = op.value.value.data
     if not _is_float(x):
-        lo, hi = _code_range(_element(op.input))
+        lo, hi = code_range(_element(op.input))
         value = min(max(round(value), lo), hi)
     y = np.pad(x[crop], widths, constant_values=value)
     return (_float_out(op, y) if _is_float(x) else y,)
@@ -623,7 +633,7 @@ def _cast(op: hbir.CastOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
         return (_float_out(op, x),)
     if not _is_float(x):
         return (_int_out(op, x.astype(np.int64)),)
-    lo, hi = _code_range(element)
+    lo, hi = code_range(element)
     v = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0)
     top = float(hi) if float(hi) <= hi else np.nextafter(float(hi), 0.0)
     y = np.clip(v, lo, top).astype(np.int64)  # top: the largest float <= hi
@@ -668,7 +678,7 @@ def _image_preprocess(op: hbir.ImagePreprocessOp, x: np.ndarray):
 # ------------------------------------------------------------------ qnt
 
 
-def _axis(op: Operation) -> int | None:
+def op_axis(op: Operation) -> int | None:
     axis = op.axis  # type: ignore[attr-defined]
     return None if axis is None else axis.value.data
 
@@ -682,38 +692,52 @@ def _const_fake_quant(
         np.asarray(op.max.get_values()),
         op.bits.value.data,
         bool(op.narrowRange.value.data),
-        _axis(op),
+        op_axis(op),
         rounding,
     )
     return (_float_out(op, y),)
 
 
-def _quantize(op: qnt.QuantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def quantizer(op: qnt.QuantizeOp) -> Callable[[np.ndarray], tuple[np.ndarray]]:
+    """``qnt.quantize``'s kernel with its parameters read from the op once (the
+    prepared plan keeps it; ``_quantize`` calls it per op)."""
     element = _element(op.output)
-    qmin, qmax = _code_range(element, bool(op.narrowRange.value.data))
-    q = numerics.quantize(
-        x,
-        np.asarray(op.scales.get_values(), np.float32),
-        np.asarray(op.zeros.get_values()),
-        qmin,
-        qmax,
-        _axis(op),
-        op.rounding.data,
-    )
-    return (q.astype(numpy_dtype(element)),)
+    qmin, qmax = code_range(element, bool(op.narrowRange.value.data))
+    scales = np.asarray(op.scales.get_values(), np.float32)
+    zeros = np.asarray(op.zeros.get_values())
+    axis, mode, dtype = op_axis(op), op.rounding.data, numpy_dtype(element)
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        q = numerics.quantize(x, scales, zeros, qmin, qmax, axis, mode)
+        return (q.astype(dtype),)
+
+    return run
 
 
-def _dequantize(op: qnt.DequantizeOp, q: np.ndarray) -> tuple[np.ndarray, ...]:
+def _quantize(op: qnt.QuantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    return quantizer(op)(x)
+
+
+def dequantizer(op: qnt.DequantizeOp) -> Callable[[np.ndarray], tuple[np.ndarray]]:
+    """``qnt.dequantize``'s kernel with its parameters read from the op once."""
     scales = np.asarray(op.scales.get_values(), np.float32)
     zeros = np.asarray(op.zeros.get_values())
     dtype = np.float64 if numpy_dtype(_element(op.output)) == np.float64 else np.float32
-    y = numerics.dequantize(q, scales, zeros, _axis(op), dtype)
-    return (_float_out(op, y),)
+    axis = op_axis(op)
+
+    def run(q: np.ndarray) -> tuple[np.ndarray]:
+        return (_float_out(op, numerics.dequantize(q, scales, zeros, axis, dtype)),)
+
+    return run
+
+
+def _dequantize(op: qnt.DequantizeOp, q: np.ndarray) -> tuple[np.ndarray, ...]:
+    return dequantizer(op)(q)
 
 
 def _requantize(op: qnt.RequantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     element = _element(op.output)
-    lo, hi = _code_range(element)
+    lo, hi = code_range(element)
     if op.clip is not None:
         clip_lo, clip_hi = op.clip.get_values()
         lo, hi = max(lo, clip_lo), min(hi, clip_hi)
@@ -724,7 +748,7 @@ def _requantize(op: qnt.RequantizeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
         op.zero.value.data,
         lo,
         hi,
-        _axis(op),
+        op_axis(op),
         op.rounding.data,
     )
     return (y.astype(numpy_dtype(element)),)
@@ -805,11 +829,11 @@ def where(op: Operation) -> str:
     return str(loc)
 
 
-def _error(op: Operation, message: str) -> InterpreterError:
+def op_error(op: Operation, message: str) -> InterpreterError:
     return InterpreterError(f"{where(op)}: error: '{op.name}' op {message}")
 
 
-def _bind_input(index: int, arg: SSAValue, x: np.ndarray) -> np.ndarray:
+def bind_input(index: int, arg: SSAValue, x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     dtype, shape = numpy_dtype(_element(arg)), _shape(arg)
     name = f"input {index}" + (f" (%{arg.name_hint})" if arg.name_hint else "")
@@ -822,12 +846,12 @@ def _bind_input(index: int, arg: SSAValue, x: np.ndarray) -> np.ndarray:
     return _round_bf16(x) if isinstance(_element(arg), BFloat16Type) else x
 
 
-def _check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
+def check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
     """Catch a kernel that disagrees with the IR's result type."""
     dtype, shape = numpy_dtype(_element(value)), _shape(value)
     if not isinstance(y, np.ndarray) or y.dtype != dtype or y.shape != shape:
         got = f"{y.dtype} {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__
-        raise _error(op, f"produced {got}, expected {dtype} {shape}")
+        raise op_error(op, f"produced {got}, expected {dtype} {shape}")
 
 
 # The npu dialect (the compile phase's output) registers its kernels here.
@@ -844,6 +868,20 @@ _ROUNDED = {
 }
 
 
+@functools.cache
+def kernel_table(rounding: str) -> dict[type[Operation], Kernel]:
+    """``KERNELS`` with the model's ``rounding`` bound into the kernels that take
+    it (fake quantization and table lookups follow the model's rounding mode)."""
+    if rounding not in numerics.ROUNDING_MODES:
+        raise ValueError(f"unknown rounding mode {rounding!r}")
+    if rounding == numerics.HALF_EVEN:
+        return KERNELS
+    return {
+        cls: functools.partial(k, rounding=rounding) if cls in _ROUNDED else k
+        for cls, k in KERNELS.items()
+    }
+
+
 def run_function(
     func_op: func.FuncOp,
     inputs: Sequence[np.ndarray],
@@ -856,16 +894,16 @@ def run_function(
     ``rounding`` is the model's mode for ``qnt.const_fake_quant`` (``half_up`` when
     the module has ``hbir.legacy_round``); quantize / requantize carry their own.
     ``on_op(op, results)`` is called after every op except the terminator.
+
+    Without ``on_op`` the function runs as a prepared plan (``runtime/plan.py``:
+    built once, cached on ``func_op``); with it, op by op, so that every op,
+    constants included, reports its results.
     """
-    if rounding not in numerics.ROUNDING_MODES:
-        raise ValueError(f"unknown rounding mode {rounding!r}")
-    kernels = KERNELS
-    if rounding != numerics.HALF_EVEN:
-        # Fake quantization and table lookups follow the model's rounding mode.
-        kernels = {
-            cls: functools.partial(k, rounding=rounding) if cls in _ROUNDED else k
-            for cls, k in KERNELS.items()
-        }
+    table = kernel_table(rounding)
+    if on_op is None:
+        from hbir.runtime import plan
+
+        return plan.prepared(func_op, rounding).run(inputs)
     name = func_op.sym_name.data
     if len(func_op.body.blocks) != 1:
         raise InterpreterError(f"@{name} must have exactly one block")
@@ -873,24 +911,23 @@ def run_function(
     if len(inputs) != len(block.args):
         raise ValueError(f"@{name} takes {len(block.args)} inputs, got {len(inputs)}")
     env: dict[SSAValue, np.ndarray] = {
-        arg: _bind_input(i, arg, x)
+        arg: bind_input(i, arg, x)
         for i, (arg, x) in enumerate(zip(block.args, inputs, strict=True))
     }
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
             return [env[v] for v in op.arguments]
-        kernel = kernels.get(type(op))
+        kernel = table.get(type(op))
         if kernel is None:
-            raise _error(op, "has no interpreter kernel")
+            raise op_error(op, "has no interpreter kernel")
         try:
             results = kernel(op, *[env[v] for v in op.operands])
         except InterpreterError as e:
-            raise _error(op, str(e)) from e
+            raise op_error(op, str(e)) from e
         except Exception as e:
-            raise _error(op, f"failed: {type(e).__name__}: {e}") from e
+            raise op_error(op, f"failed: {type(e).__name__}: {e}") from e
         for value, y in zip(op.results, results, strict=True):
-            _check_result(op, value, y)
+            check_result(op, value, y)
             env[value] = y
-        if on_op is not None:
-            on_op(op, results)
+        on_op(op, results)
     raise InterpreterError(f"@{name} has no func.return")

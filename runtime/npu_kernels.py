@@ -1,33 +1,56 @@
-"""Interpreter kernels for the ``npu`` dialect (registered into
-``runtime/interpreter.py``'s ``KERNELS``).
+"""The npu ops' integer semantics, once: for the interpreter and the simulated NPU.
 
-Each kernel computes what the hbir / qnt ops it was lowered from compute, through
+Each npu op is described by its opcode's fields (``runtime/hbm_opcodes.py``):
+``fields_of(op)`` reads them off an xDSL op (the npu dialect's defaults
+resolved), and ``COMPUTE[opcode name](fields, out, *operands)`` computes the
+result from plain values — the interpreter's kernels (``KERNELS``, registered
+into ``runtime/interpreter.py``) call it with the op's fields, the simulator
+(``runtime/npu_sim.py``) with an instruction's, so the program after every
+compile pass, the interpreter and the ``.hbm`` program compute the same numbers
+by the same code. In ``fields``, a ``buffer``-kind field is an int64 array (or
+None for "none"); ``out`` is the result's (shape, numpy dtype).
+
+``prepare(name, fields, out, operands)`` adds what a kernel would otherwise
+derive on every call, under keys starting with ``_``: the post-process's
+requantizers (``runtime/kernels.py``'s ``Requantizer``), a constant weight packed
+for the exact fast GEMMs, a segmented lookup table. The simulator prepares each
+instruction once; the interpreter's kernels prepare on the call. Either way the
+same functions compute, so the numbers cannot differ.
+
+The arithmetic is that of the hbir / qnt ops the npu op was lowered from, through
 the same specified functions (``runtime/integer_ops.py``, ``runtime/numerics.py``)
-and the same exact-sum engines, so the program after every compile pass can be
-executed and compared bit for bit with ``quantized.bc``. Spatial ops view their
-NHWC operands as NCHW (a transposed view, no copy of the semantics) and give
-their results back as NHWC.
+and the same exact-sum engines. Spatial ops view their NHWC operands as NCHW (a
+transposed view, no copy of the semantics) and give their results back as NHWC.
 
 The post-process of a fused op (``dialects/npu.py``, ``PostProcessOp``) runs step
 by step, each step saturating to the width the unfused op had: the raw result to
 ``acc_bits`` (the width of the op's own result before fusion), the left shift and
-the bias to si32, the requantization to the result type narrowed by ``clip``.
+the bias to si32, the requantization to the result range ``clip``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from xdsl.dialects.builtin import IntegerType
+from xdsl.ir import Operation
 
 from hbir.dialects import npu
 from hbir.dialects.hbir import dense_array, numpy_dtype
-from hbir.runtime import integer_ops, numerics
-from hbir.runtime import interpreter as interp
+from hbir.runtime import integer_ops, kernels, numerics
+from hbir.runtime.hbm_opcodes import NONE, lut_table
 
 _NCHW = (0, 3, 1, 2)
 _NHWC = (0, 2, 3, 1)
+
+Fields = Mapping[str, object]
+Out = tuple[tuple[int, ...], np.dtype]
+
+
+# ------------------------------------------------------------------ fields of an op
 
 
 def _width(value) -> int:
@@ -36,21 +59,154 @@ def _width(value) -> int:
     return t.width.data
 
 
-def _out(op, y: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(y).astype(numpy_dtype(op.results[0].type.element_type))
+def _vals(attr) -> tuple[int, ...]:
+    return () if attr is None else tuple(int(v) for v in attr.get_values())
 
 
-def _raw_bits(op: npu.PostProcessOp) -> int:
-    """What the op's exact value saturates to before its post-process."""
+def _array(attr) -> np.ndarray | None:
+    return None if attr is None else np.asarray(attr.get_values(), np.int64)
+
+
+def _post_fields(op: npu.PostProcessOp) -> dict:
+    """The post-process as the opcode fields spell it (``hbm_opcodes.POST``)."""
+    width = _width(op.results[0])
     if op.acc_bits is not None:
-        return op.acc_bits.value.data
-    if op.pre_shift is not None or op.multiplier is not None:
-        return 32
-    return _width(op.results[0])
+        acc = op.acc_bits.value.data
+    elif op.pre_shift is not None or op.multiplier is not None:
+        acc = 32
+    else:
+        acc = width
+    lo, hi = numerics.qrange(width)
+    if op.clip is not None:
+        c_lo, c_hi = _vals(op.clip)
+        lo, hi = max(lo, c_lo), min(hi, c_hi)
+    rank = len(op.results[0].type.get_shape())
+    return {
+        "acc_bits": acc,
+        "pre_shift": NONE if op.pre_shift is None else op.pre_shift.value.data,
+        "multiplier": _array(op.multiplier),
+        "shift": _array(op.shift),
+        "rounding": op.rounding.data,
+        "clip": (lo, hi),
+        "axis": op.channel_axis() % max(rank, 1),
+    }
 
 
-def _channel_axis(op: npu.PostProcessOp, ndim: int) -> int:
-    return op.channel_axis() % ndim
+def _conv_fields(op: npu.ConvOp) -> dict:
+    return {
+        "stride": _vals(op.stride),
+        "padding": tuple(op.pads()),
+        "dilation": _vals(op.dilation),
+        "groups": op.groups.value.data,
+    }
+
+
+def _conv_transpose_fields(op: npu.ConvTransposeOp) -> dict:
+    return {
+        "stride": _vals(op.stride),
+        "padding": _vals(op.padding),
+        "output_padding": _vals(op.output_padding),
+        "dilation": _vals(op.dilation),
+        "groups": op.groups.value.data,
+    }
+
+
+def _eltwise_fields(op: npu.EltwiseOp) -> dict:
+    return {
+        "kind": op.kind.data,
+        "in_multiplier": _vals(op.in_multiplier),
+        "in_shift": _vals(op.in_shift),
+    }
+
+
+def _reduce_fields(op: npu.ReduceOp) -> dict:
+    rank = len(op.input.type.get_shape())
+    return {
+        "kind": op.kind.data,
+        "dims": tuple(d % rank for d in _vals(op.dims)),
+        "keepdim": bool(op.keepdim.value.data),
+    }
+
+
+def _pool_fields(op: npu.PoolOp) -> dict:
+    return {
+        "kind": op.kind.data,
+        "kernel": _vals(op.kernel),
+        "stride": _vals(op.stride),
+        "padding": integer_ops.pads4(_vals(op.padding)),
+        "dilation": _vals(op.dilation),
+        "ceil_mode": bool(op.ceil_mode.value.data),
+        "count_include_pad": bool(op.count_include_pad.value.data),
+    }
+
+
+def _lut_fields(op: npu.LutOp) -> tuple[str, dict]:
+    if op.table is not None:
+        return "lut", {"table": dense_array(op.table).astype(np.int64)}
+    f = {
+        "function": op.function.data,
+        "kind": op.kind.data,
+        "rounding": op.rounding.data,
+        "in_scale": float(op.in_scale.value.data),
+        "out_scale": float(op.out_scale.value.data),
+    }
+    for name in npu.LutOp._INT_FIELDS:
+        f[name] = getattr(op, name).value.data
+    for name in npu.LutOp._ARRAY_FIELDS:
+        f[name] = _array(getattr(op, name))
+    return "lut_segmented", f
+
+
+def _resize_fields(op: npu.ResizeOp) -> dict:
+    return {
+        "size": _vals(op.size),
+        "mode": op.mode.data,
+        "align_corners": bool(op.align_corners.value.data),
+        "scale": () if op.scale is None else tuple(op.scale.get_values()),
+        "weight_bits": NONE if op.weight_bits is None else op.weight_bits.value.data,
+    }
+
+
+def _slice_fields(op: npu.SliceOp) -> dict:
+    return {"begin": _vals(op.begin), "end": _vals(op.end), "step": _vals(op.step)}
+
+
+_FIELDS: dict[type, Callable[[Operation], tuple[str, dict]]] = {
+    npu.ConvOp: lambda op: ("conv", _conv_fields(op) | _post_fields(op)),
+    npu.ConvTransposeOp: lambda op: (
+        "conv_transpose",
+        _conv_transpose_fields(op) | _post_fields(op),
+    ),
+    npu.GemmOp: lambda op: (
+        "gemm",
+        {"transpose_b": bool(op.transpose_b.value.data)} | _post_fields(op),
+    ),
+    npu.EltwiseOp: lambda op: ("eltwise", _eltwise_fields(op) | _post_fields(op)),
+    npu.RescaleOp: lambda op: ("rescale", _post_fields(op)),
+    npu.ReduceOp: lambda op: ("reduce", _reduce_fields(op) | _post_fields(op)),
+    npu.CastOp: lambda op: ("cast", {}),
+    npu.LutOp: _lut_fields,
+    npu.PoolOp: lambda op: ("pool", _pool_fields(op) | _post_fields(op)),
+    npu.ResizeOp: lambda op: ("resize", _resize_fields(op)),
+    npu.TransposeOp: lambda op: ("transpose", {"perm": _vals(op.perm)}),
+    npu.ReshapeOp: lambda op: ("reshape", {}),
+    npu.SliceOp: lambda op: ("slice", _slice_fields(op)),
+    npu.ConcatOp: lambda op: (
+        "concat",
+        {"dim": op.dim.value.data % len(op.output.type.get_shape())},
+    ),
+    npu.DmaLoadOp: lambda op: ("dma_load", {}),
+    npu.DmaStoreOp: lambda op: ("dma_store", {}),
+}
+
+
+def fields_of(op: Operation) -> tuple[str, dict]:
+    """(opcode name, fields) of an npu op (not ``npu.constant`` / ``npu.cpu_call``,
+    which the emitter turns into constants and islands)."""
+    return _FIELDS[type(op)](op)
+
+
+# ------------------------------------------------------------------ post-process
 
 
 def _along(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
@@ -59,87 +215,119 @@ def _along(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     return np.asarray(v, np.int64).reshape(shape)
 
 
-def post_process(op: npu.PostProcessOp, acc: np.ndarray, bias=None) -> np.ndarray:
+def _requantizers(f: Fields, ndim: int) -> tuple:
+    """(the pre-shift, the output requantization) as prepared ``Requantizer``s
+    (None: no such step), for an exact value of ``ndim`` dims saturated to
+    ``acc_bits``: ``numerics.requantize``'s numbers, computed fast."""
+    mode, lo32, hi32 = f["rounding"], *numerics.qrange(32)
+    bound = 1 << (f["acc_bits"] - 1)
+    pre = None
+    if f["pre_shift"] != NONE:
+        pre = kernels.Requantizer(
+            [1], [-f["pre_shift"]], 0, lo32, hi32,
+            ndim=ndim, axis=None, mode=mode, acc_bound=bound,
+        )  # fmt: skip
+        bound = 1 << 31
+    m, s = f["multiplier"], f["shift"]
+    if m is None:
+        return pre, None
+    lo, hi = f["clip"]
+    out = kernels.Requantizer(
+        m, s, 0, lo, hi,
+        ndim=ndim, axis=f["axis"] if m.size > 1 else None, mode=mode,
+        acc_bound=bound,
+    )  # fmt: skip
+    return pre, out
+
+
+def post_process(f: Fields, acc: np.ndarray, dtype, bias=None) -> np.ndarray:
     """The fused steps after the exact value ``acc`` (int64, already saturated to
-    the raw width); ``bias`` only when it is added after a ``pre_shift``."""
-    mode = op.rounding.data
-    lo32, hi32 = numerics.qrange(32)
+    ``acc_bits``); ``bias`` only when it is added after a ``pre_shift``."""
     y = np.asarray(acc, np.int64)
-    axis = _channel_axis(op, y.ndim)
-    if op.pre_shift is not None:
-        k = op.pre_shift.value.data
-        y = numerics.requantize(y, [1], [-k], 0, lo32, hi32, None, mode)
+    pre, out = f.get("_post") or _requantizers(f, y.ndim)
+    if pre is not None:
+        y = pre(y, np.int64)
         if bias is not None:
-            y = np.clip(y + _along(bias, y.ndim, axis), lo32, hi32)
-    lo, hi = numerics.qrange(_width(op.results[0]))
-    if op.clip is not None:
-        c_lo, c_hi = op.clip.get_values()
-        lo, hi = max(lo, c_lo), min(hi, c_hi)
-    if op.multiplier is None:
-        return _out(op, np.clip(y, lo, hi))
-    m = np.asarray(op.multiplier.get_values())
-    s = np.asarray(op.shift.get_values())
-    y = numerics.requantize(y, m, s, 0, lo, hi, axis if m.size > 1 else None, mode)
-    return _out(op, y)
+            lo32, hi32 = numerics.qrange(32)
+            y = np.clip(y + _along(bias, y.ndim, f["axis"]), lo32, hi32)
+    if out is None:
+        lo, hi = f["clip"]
+        return np.clip(y, lo, hi).astype(dtype)
+    return out(y, dtype)
 
 
-def _split_bias(op, bias):
+def _split_bias(f: Fields, bias):
     """(bias inside the accumulator, bias after the pre-shift)."""
     if bias is None:
         return None, None
-    return (None, bias) if op.pre_shift is not None else (bias, None)
+    return (None, bias) if f["pre_shift"] != NONE else (bias, None)
 
 
 # ------------------------------------------------------------------ TAE
 
 
-def _conv(op: npu.ConvOp, x, w, bias=None):
-    inner, after = _split_bias(op, bias)
-    xt, wt = np.transpose(x, _NCHW), np.transpose(w, _NCHW)
+def _conv_engine(f: Fields):
+    """``integer_ops``'s conv engine: the prepared packed weight, if any."""
+    packed = f.get("_packed")
+    if packed is None:
+        return interp._conv2d_engine
+    return lambda x, w, stride, pads, dilation, groups: kernels.conv2d_sums(
+        x, packed, stride, pads, dilation
+    )
+
+
+def conv(f: Fields, out: Out, x, w, bias=None) -> np.ndarray:
+    inner, after = _split_bias(f, bias)
     integer_ops.check_f64_exact(x, w, w.shape[1] * w.shape[2] * w.shape[3])
     acc = integer_ops.conv2d(
-        xt,
-        wt,
+        np.transpose(x, _NCHW),
+        np.transpose(w, _NCHW),
         inner,
-        tuple(op.stride.get_values()),
-        op.pads(),
-        tuple(op.dilation.get_values()),
-        op.groups.value.data,
-        bits=_raw_bits(op),
-        engine=interp._conv2d_engine,
+        f["stride"],
+        f["padding"],
+        f["dilation"],
+        f["groups"],
+        bits=f["acc_bits"],
+        engine=_conv_engine(f),
     )
-    return (post_process(op, np.transpose(acc, _NHWC), after),)
+    return post_process(f, np.transpose(acc, _NHWC), out[1], after)
 
 
-def _conv_transpose(op: npu.ConvTransposeOp, x, w, bias=None):
-    inner, after = _split_bias(op, bias)
-    groups = op.groups.value.data
+def conv_transpose(f: Fields, out: Out, x, w, bias=None) -> np.ndarray:
+    inner, after = _split_bias(f, bias)
+    groups = f["groups"]
     integer_ops.check_f64_exact(x, w, (w.shape[0] // groups) * w.shape[1] * w.shape[2])
     acc = integer_ops.conv_transpose2d(
         np.transpose(x, _NCHW),
         np.transpose(w, _NCHW),
         inner,
-        tuple(op.stride.get_values()),
-        tuple(op.padding.get_values()),
-        tuple(op.output_padding.get_values()),
+        f["stride"],
+        f["padding"],
+        f["output_padding"],
         groups,
-        tuple(op.dilation.get_values()),
-        bits=_raw_bits(op),
+        f["dilation"],
+        bits=f["acc_bits"],
         engine=interp._conv_transpose2d_engine,
     )
-    return (post_process(op, np.transpose(acc, _NHWC), after),)
+    return post_process(f, np.transpose(acc, _NHWC), out[1], after)
 
 
-def _gemm(op: npu.GemmOp, a, b, bias=None):
-    inner, after = _split_bias(op, bias)
-    bits = _raw_bits(op)
-    if op.transpose_b.value.data:
+def gemm(f: Fields, out: Out, a, b, bias=None) -> np.ndarray:
+    inner, after = _split_bias(f, bias)
+    bits = f["acc_bits"]
+    if f["transpose_b"]:
         integer_ops.check_f64_exact(a, b, b.shape[-1])
-        acc = integer_ops.linear(a, b, inner, bits=bits, engine=interp._linear_engine)
+        packed = f.get("_packed")
+        engine = (
+            interp._linear_engine
+            if packed is None
+            else lambda x, w: kernels.linear_sums(x, packed)
+        )
+        acc = integer_ops.linear(a, b, inner, bits=bits, engine=engine)
     else:
         integer_ops.check_f64_exact(a, b, a.shape[-1])
-        acc = integer_ops.matmul(a, b, bits=bits, engine=interp._matmul_engine)
-    return (post_process(op, acc, after),)
+        acc = integer_ops.matmul(a, b, bits=bits, engine=kernels.matmul_sums)
+    return post_process(f, acc, out[1], after)
 
 
 # ------------------------------------------------------------------ VAE
@@ -153,143 +341,173 @@ _ELTWISE = {
 }
 
 
-def _eltwise(op: npu.EltwiseOp, a, b):
-    args = [np.asarray(a, np.int64), np.asarray(b, np.int64)]
-    if op.in_multiplier is not None:
+def eltwise(f: Fields, out: Out, a, b) -> np.ndarray:
+    args = [np.asarray(a), np.asarray(b)]
+    if f["in_multiplier"]:
         lo32, hi32 = numerics.qrange(32)
-        ms, ss = op.in_multiplier.get_values(), op.in_shift.get_values()
-        mode = op.rounding.data
+        mode = f["rounding"]
         args = [
-            numerics.requantize(v, [m], [s], 0, lo32, hi32, None, mode)
-            for v, m, s in zip(args, ms, ss, strict=True)
+            kernels.requantize(v, [m], [s], 0, lo32, hi32, None, mode)
+            for v, m, s in zip(args, f["in_multiplier"], f["in_shift"], strict=True)
         ]
-    y = _ELTWISE[op.kind.data](*args)
-    return (post_process(op, integer_ops.saturate(y, _raw_bits(op))),)
+    y = _ELTWISE[f["kind"]](*(v.astype(np.int64) for v in args))
+    return post_process(f, integer_ops.saturate(y, f["acc_bits"]), out[1])
 
 
-def _rescale(op: npu.RescaleOp, x):
-    return (post_process(op, np.asarray(x, np.int64)),)
+def rescale(f: Fields, out: Out, x) -> np.ndarray:
+    return post_process(f, np.asarray(x, np.int64), out[1])
 
 
-def _reduce(op: npu.ReduceOp, x):
-    dims = tuple(d % x.ndim for d in op.dims.get_values())
-    keep = bool(op.keepdim.value.data)
-    kind = op.kind.data
+def reduce(f: Fields, out: Out, x) -> np.ndarray:
+    dims, keep, kind = tuple(f["dims"]), f["keepdim"], f["kind"]
     if kind == "max":
         y = np.max(x, axis=dims, keepdims=keep).astype(np.int64)
     else:
         y = np.sum(x, axis=dims, dtype=np.int64, keepdims=keep)
         if kind == "mean":
             count = int(np.prod([x.shape[d] for d in dims]))
-            y = numerics.divide_round(y, count, op.rounding.data)
-    return (post_process(op, integer_ops.saturate(y, _raw_bits(op))),)
+            y = numerics.divide_round(y, count, f["rounding"])
+    return post_process(f, integer_ops.saturate(y, f["acc_bits"]), out[1])
 
 
-def _cast(op: npu.CastOp, x):
-    lo, hi = numerics.qrange(_width(op.output))
-    return (_out(op, np.clip(x.astype(np.int64), lo, hi)),)
+def cast(f: Fields, out: Out, x) -> np.ndarray:
+    info = np.iinfo(out[1])
+    return np.clip(x.astype(np.int64), int(info.min), int(info.max)).astype(out[1])
 
 
-def _lut(op: npu.LutOp, x):
-    return interp._lut(op, x)
+def lut(f: Fields, out: Out, x) -> np.ndarray:
+    return np.asarray(f["table"])[x.astype(np.int64) + 128].astype(out[1])
+
+
+def lut_segmented(f: Fields, out: Out, x) -> np.ndarray:
+    table = f.get("_table") or lut_table(f)
+    return numerics.apply_lut(table, x.astype(np.int64)).astype(out[1])
 
 
 # ------------------------------------------------------------------ AAE
 
 
-def _pool(op: npu.PoolOp, x):
+def pool(f: Fields, out: Out, x) -> np.ndarray:
     xt = np.transpose(x, _NCHW)
-    kernel = tuple(op.kernel.get_values())
-    stride = tuple(op.stride.get_values())
-    padding = tuple(op.padding.get_values())
-    if op.kind.data == "max":
-        y = integer_ops.max_pool2d(
-            xt,
-            kernel,
-            stride,
-            padding,
-            tuple(op.dilation.get_values()),
-            bool(op.ceil_mode.value.data),
+    kernel, stride, padding = f["kernel"], f["stride"], f["padding"]
+    if f["kind"] == "max":
+        y = kernels.max_pool2d(
+            xt, kernel, stride, padding, f["dilation"], f["ceil_mode"]
         ).astype(np.int64)
     else:
-        t, lf, b, r = integer_ops.pads4(padding)
+        t, lf, b, r = padding
         if (t, lf) != (b, r):
             raise interp.InterpreterError("average pool padding must be symmetric")
-        padding = (t, lf)
-        out_hw = tuple(op.output.type.get_shape()[1:3])
         y = numerics.average_pool(
-            xt, kernel, stride, padding, bool(op.count_include_pad.value.data), out_hw
+            xt, kernel, stride, (t, lf), f["count_include_pad"], tuple(out[0][1:3])
         )
-        y = integer_ops.saturate(y, _raw_bits(op))
-    return (post_process(op, np.transpose(y, _NHWC)),)
+        y = integer_ops.saturate(y, f["acc_bits"])
+    return post_process(f, np.transpose(y, _NHWC), out[1])
 
 
-def _resize(op: npu.ResizeOp, x):
+def resize(f: Fields, out: Out, x) -> np.ndarray:
     xt = np.transpose(x, _NCHW)
-    mode = op.mode.data
-    corners = bool(op.align_corners.value.data) if mode == "bilinear" else None
-    size = tuple(op.size.get_values())
-    bits = _width(op.output)
-    if op.weight_bits is not None:
-        scale = None if op.scale is None else list(op.scale.get_values())
-        y = integer_ops.resize_bilinear_npu(xt, size, corners, scale, bits)
-    else:
-        how = (
-            {"scale_factor": tuple(op.scale.get_values())}
-            if op.scale is not None
-            else {"size": size}
+    mode, size, scale = f["mode"], tuple(f["size"]), f["scale"]
+    corners = f["align_corners"] if mode == "bilinear" else None
+    bits = np.dtype(out[1]).itemsize * 8
+    if f["weight_bits"] != NONE:
+        y = integer_ops.resize_bilinear_npu(
+            xt, size, corners, list(scale) if scale else None, bits
         )
+    else:
+        how = {"scale_factor": tuple(scale)} if scale else {"size": size}
         t = torch.from_numpy(np.ascontiguousarray(xt).astype(np.float64))
-        f = F.interpolate(t, mode=mode, align_corners=corners, **how).numpy()
-        y = integer_ops.resize_rint(f, bits)
-    return (_out(op, np.transpose(y, _NHWC)),)
+        y = integer_ops.resize_rint(
+            F.interpolate(t, mode=mode, align_corners=corners, **how).numpy(), bits
+        )
+    return np.ascontiguousarray(np.transpose(y, _NHWC)).astype(out[1])
 
 
 # ------------------------------------------------------------------ data movement
+
+
+def transpose(f: Fields, out: Out, x) -> np.ndarray:
+    return np.ascontiguousarray(np.transpose(x, tuple(f["perm"])))
+
+
+def reshape(f: Fields, out: Out, x) -> np.ndarray:
+    return np.ascontiguousarray(x).reshape(out[0])
+
+
+def concat(f: Fields, out: Out, *xs) -> np.ndarray:
+    return np.concatenate(xs, axis=f["dim"])
+
+
+def slice_(f: Fields, out: Out, x) -> np.ndarray:
+    bounds = zip(f["begin"], f["end"], f["step"], strict=True)
+    return np.ascontiguousarray(x[tuple(slice(b, e, s) for b, e, s in bounds)])
+
+
+def move(f: Fields, out: Out, x) -> np.ndarray:
+    return x
+
+
+COMPUTE: dict[str, Callable[..., np.ndarray]] = {
+    "conv": conv,
+    "conv_transpose": conv_transpose,
+    "gemm": gemm,
+    "eltwise": eltwise,
+    "rescale": rescale,
+    "reduce": reduce,
+    "cast": cast,
+    "lut": lut,
+    "lut_segmented": lut_segmented,
+    "pool": pool,
+    "resize": resize,
+    "transpose": transpose,
+    "reshape": reshape,
+    "slice": slice_,
+    "concat": concat,
+    "dma_load": move,
+    "dma_store": move,
+}
+
+
+# ------------------------------------------------------------------ preparation
+
+
+def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
+    """``f`` with what its kernel derives, computed once (see the module):
+    ``operands`` are the operands' (shape, dtype, constant value or None)."""
+    f = dict(f)
+    if "rounding" in f and "acc_bits" in f:
+        f["_post"] = _requantizers(f, len(out[0]))
+    if name == "lut_segmented":
+        f["_table"] = lut_table(f)
+    if name in ("conv", "gemm") and len(operands) > 1:
+        (_, x_dtype, _), (_, _, w) = operands[0], operands[1]
+        if w is not None and name == "conv":
+            f["_packed"] = kernels.pack_conv2d(
+                np.transpose(w, _NCHW), x_dtype, f["groups"]
+            )
+        elif w is not None and f["transpose_b"]:
+            f["_packed"] = kernels.pack_linear(w, x_dtype)
+    return f
+
+
+# ------------------------------------------------------------------ the interpreter
+
+
+def _kernel(op: Operation, *args: np.ndarray) -> tuple[np.ndarray, ...]:
+    """An npu op in the interpreter: its fields, then the shared computation."""
+    name, f = fields_of(op)
+    t = op.results[0].type
+    out = (tuple(t.get_shape()), numpy_dtype(t.element_type))
+    return (COMPUTE[name](f, out, *args),)
 
 
 def _constant(op: npu.ConstantOp):
     return (dense_array(op.value),)
 
 
-def _transpose(op: npu.TransposeOp, x):
-    return (np.ascontiguousarray(np.transpose(x, tuple(op.perm.get_values()))),)
-
-
-def _reshape(op: npu.ReshapeOp, x):
-    return (np.ascontiguousarray(x).reshape(op.output.type.get_shape()),)
-
-
-def _concat(op: npu.ConcatOp, *xs):
-    return (np.concatenate(xs, axis=op.dim.value.data),)
-
-
-def _slice(op: npu.SliceOp, x):
-    bounds = zip(
-        op.begin.get_values(), op.end.get_values(), op.step.get_values(), strict=True
-    )
-    return (np.ascontiguousarray(x[tuple(slice(b, e, s) for b, e, s in bounds)]),)
-
-
-def _move(op, x):
-    return (x,)
-
-
-# ------------------------------------------------------------------ CPU islands
-
-
 def _cpu_call(op: npu.CpuCallOp, *args, rounding: str = numerics.HALF_EVEN):
     """Run the island's hbir / qnt ops with the interpreter's own kernels."""
-    import functools
-
-    kernels = interp.KERNELS
-    if rounding != numerics.HALF_EVEN:
-        kernels = {
-            cls: functools.partial(k, rounding=rounding)
-            if cls in interp._ROUNDED
-            else k
-            for cls, k in interp.KERNELS.items()
-        }
+    kernels = interp.kernel_table(rounding)
     block = op.body.block
     env = dict(zip(block.args, args, strict=True))
     for inner in block.ops:
@@ -300,28 +518,16 @@ def _cpu_call(op: npu.CpuCallOp, *args, rounding: str = numerics.HALF_EVEN):
             raise interp.InterpreterError(f"'{inner.name}' has no interpreter kernel")
         results = kernel(inner, *[env[v] for v in inner.operands])
         for value, y in zip(inner.results, results, strict=True):
-            interp._check_result(inner, value, y)
+            interp.check_result(inner, value, y)
             env[value] = y
     raise interp.InterpreterError("npu.cpu_call region has no npu.yield")
 
 
-KERNELS = {
+KERNELS = {cls: _kernel for cls in _FIELDS} | {
     npu.ConstantOp: _constant,
-    npu.ConvOp: _conv,
-    npu.ConvTransposeOp: _conv_transpose,
-    npu.GemmOp: _gemm,
-    npu.EltwiseOp: _eltwise,
-    npu.RescaleOp: _rescale,
-    npu.ReduceOp: _reduce,
-    npu.CastOp: _cast,
-    npu.LutOp: _lut,
-    npu.PoolOp: _pool,
-    npu.ResizeOp: _resize,
-    npu.TransposeOp: _transpose,
-    npu.ReshapeOp: _reshape,
-    npu.ConcatOp: _concat,
-    npu.SliceOp: _slice,
-    npu.DmaLoadOp: _move,
-    npu.DmaStoreOp: _move,
     npu.CpuCallOp: _cpu_call,
 }
+
+# Last: the interpreter imports this module at its end to register KERNELS, so
+# either module may be imported first (its engines are used at call time).
+from hbir.runtime import interpreter as interp  # noqa: E402

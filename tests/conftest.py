@@ -21,7 +21,7 @@ def _load_shared(name: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name in ("zoo", "zoo_stages", "lut_reference"):
+for _name in ("zoo", "zoo_stages", "lut_reference", "compile_models"):
     _load_shared(_name)
 
 

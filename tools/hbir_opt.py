@@ -1,7 +1,8 @@
 """hbir-opt: run hbir pass pipelines on ``.mlir`` / ``.bc`` files.
 
 A thin subclass of xDSL's opt driver: it registers only our dialects and passes,
-adds ``--compile-to=<phase>``, ``--load-plugin``, ``.bc`` input and output, and
+adds ``--compile-to=<phase>``, ``--load-plugin``, ``.bc`` input and output,
+prints a compiled ``.hbm`` as text (and assembles that text, ``.hbms``), and
 turns every error into a located one-line diagnostic with exit status 1.
 """
 
@@ -33,6 +34,9 @@ from hbir.passes import (
 )
 from hbir.passes.march import UnknownMarchError
 from hbir.passes.pipelines import PHASES, pipeline_up_to, stop_points
+
+# A compiled model and its text form (hbir/hbm/container.py, hbir/hbm/text.py).
+HBM_SUFFIXES = (".hbm", ".hbms")
 
 # xDSL's own generic passes worth exposing next to ours.
 _XDSL_PASSES = {
@@ -222,6 +226,8 @@ class HbirOptMain(xDSLOptMain):
         )
 
     def run(self) -> None:
+        if self._run_hbm():
+            return
         self._check_output()
         chunks, extension = self.prepare_input()
         if extension == "bc" and self.args.split_input_file:
@@ -247,6 +253,40 @@ class HbirOptMain(xDSLOptMain):
             modules.append(module)
             outputs.append(self.output_resulting_program(module))
         self._write(outputs, modules)
+
+    def _run_hbm(self) -> bool:
+        """A compiled model (``.hbm``) prints as its text form; a text form
+        (``.hbms``) is assembled. ``-o x.hbm`` writes the binary, ``-o x.hbms``
+        the text. False: the input is IR, not a compiled model."""
+        path, out = self.args.input_file, self.args.output_file
+        if os.path.splitext(path or "")[1] not in HBM_SUFFIXES:
+            return False
+        from hbir.hbm import container, text
+
+        if self.args.passes or self.args.compile_to:
+            raise files.HbirFileError(
+                f"{path}: a compiled model takes no passes: give hbir-opt the "
+                ".bc or .mlir it was compiled from"
+            )
+        if out is not None and os.path.splitext(out)[1] not in HBM_SUFFIXES:
+            raise files.HbirFileError(
+                f"{out}: a compiled model is written as .hbm (binary) or .hbms (text)"
+            )
+        if path.endswith(".hbm"):
+            program = container.read(path)
+        else:
+            with open(path, encoding="utf-8") as f:
+                program = text.assemble(f.read(), path)
+        if out is not None and out.endswith(".hbm"):
+            container.write(program, out)
+            return True
+        listing = text.disassemble(program)
+        if out is None:
+            sys.stdout.write(listing)
+        else:
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(listing)
+        return True
 
     def _check_output(self) -> None:
         path = self.args.output_file

@@ -34,11 +34,13 @@ def test_digits_end_to_end(tmp_path):
         "qat.bc",
         "quantized.bc",
         "compiled",
+        "model.hbm",
         "gray_quantized.bc",
     ]
     assert rows["qat.bc"][2] == "0.00"  # bit-identical to qat.export.pt
     assert rows["quantized.bc"][2] == "0.00"  # bit-identical to qat.bc
     assert rows["compiled"][2] == "0.00"  # the npu program: bit-identical
+    assert "model.hbm bit-identical to quantized.bc: True" in out
     assert rows["gray_quantized.bc"][2] == "0.00"  # the gray plane: the same input
     assert abs(rows["quantized.bc"][0] - rows["qat.pt"][0]) <= 0.5
     assert rows["qat.pt"][0] > 95.0

@@ -97,3 +97,85 @@ def test_interpreter_errors_are_hbir_errors():
     from hbir.runtime.interpreter import InterpreterError
 
     assert issubclass(InterpreterError, hbir.HbirError)
+
+
+# ---- batches (issue 15): a batch-1 function fed N samples at once
+
+BATCH1 = """
+func.func @f(%x: tensor<1x3xf32>, %y: tensor<1x3xf32>) -> tensor<1x3xf32> {
+  %s = hbir.mul %x, %y : (tensor<1x3xf32>, tensor<1x3xf32>) -> tensor<1x3xf32>
+  func.return %s : tensor<1x3xf32>
+}
+"""
+
+
+def test_a_batch_runs_sample_by_sample_and_stacks_the_outputs():
+    f = hbir.Module.parse(BATCH1)["f"]
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    y = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    out = f.feed({"_input_0": x, "_input_1": torch.from_numpy(y)})["_output_0"]
+    assert out.shape == (4, 3)
+    np.testing.assert_array_equal(out, x * y)
+
+
+def test_a_batch_must_batch_every_input_alike():
+    f = hbir.Module.parse(BATCH1)["f"]
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(FeedError, match="every input batched the same way"):
+        f.feed({"_input_0": x, "_input_1": np.ones((1, 3), np.float32)})
+    with pytest.raises(FeedError, match="every input batched the same way"):
+        f.feed({"_input_0": x, "_input_1": np.ones((2, 3), np.float32)})
+
+
+def test_a_wrong_shape_names_the_batch_form():
+    f = hbir.Module.parse(BATCH1)["f"]
+    with pytest.raises(
+        FeedError, match=r"expected \(1, 3\) \(or a batch: \('N', 3\)\)"
+    ):
+        f.feed({"_input_0": np.ones((4, 2), np.float32), "_input_1": np.ones((1, 3))})
+
+
+def test_a_batch_needs_batch_1_outputs():
+    f = hbir.Module.parse(
+        "func.func @f(%x: tensor<1x3xf32>) -> tensor<3xf32> {\n"
+        "  %r = hbir.reshape %x : tensor<1x3xf32> -> tensor<3xf32>\n"
+        "  func.return %r : tensor<3xf32>\n}"
+    )["f"]
+    with pytest.raises(FeedError, match="output '_output_0' has shape \\(3,\\)"):
+        f.feed({"_input_0": np.ones((2, 3), np.float32)})
+
+
+def test_run_dataset_streams_items_of_every_form():
+    m = hbir.Module.parse(BATCH1)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    items = [
+        {"_input_0": x[:1], "_input_1": x[:1]},
+        (x, x),  # a batch of 2, in input order
+    ]
+    outs = list(hbir.run_dataset(m, items, progress=False))
+    np.testing.assert_array_equal(outs[0]["_output_0"], x[:1] ** 2)
+    np.testing.assert_array_equal(outs[1]["_output_0"], x**2)
+
+
+def test_run_dataset_is_lazy_and_shows_progress(capsys):
+    f = hbir.Module.parse(IDENTITY)["f"]
+
+    def loader():
+        yield np.ones(2, np.float32)
+        raise RuntimeError("the loader broke after one item")
+
+    results = hbir.run_dataset(f, loader(), progress=True)
+    first = next(results)  # computed before the loader is read again
+    np.testing.assert_array_equal(first["_output_0"], np.ones(2, np.float32))
+    with pytest.raises(RuntimeError, match="broke after one item"):
+        next(results)
+    assert "@f" in capsys.readouterr().err  # the tqdm bar
+
+
+def test_run_dataset_names_a_wrong_item():
+    f = hbir.Module.parse(BATCH1)["f"]
+    one = np.ones((1, 3), np.float32)
+    with pytest.raises(FeedError, match="run_dataset item 0: one array for a function"):
+        next(hbir.run_dataset(f, [one], progress=False))
+    with pytest.raises(FeedError, match="item 0: has 1 arrays, the function takes 2"):
+        next(hbir.run_dataset(f, [(one,)], progress=False))

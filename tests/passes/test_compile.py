@@ -3,14 +3,15 @@
 For the zoo, the digits model, a model with a CPU island and an NV12 model
 (nv12_quantized.bc), the program after each compile pass, executed by the
 interpreter, is bit-identical to quantized.bc (one test per model and pass, so a
-wrong pass is named). Then tiling against
-SRAM, memory planning, the march, hbir-opt and hbir.compile.
+wrong pass is named); the models come from tests/compile_models.py. Then tiling
+against SRAM, memory planning, the march, hbir-opt, hbir.compile writing
+model.hbm, and the debug origin every npu op carries.
 """
 
-import importlib.util
 import os
 import subprocess
 
+import compile_models
 import numpy as np
 import pytest
 import torch
@@ -21,102 +22,14 @@ from zoo_stages import calibrated, validated
 
 import hbir
 from hbir import diagnostics
-from hbir.compile import compile_passes
+from hbir.compile import compile_passes, lower_to_npu
 from hbir.dialects import make_context, npu
 from hbir.passes.npu_lower import CompileError
 from hbir.passes.npu_tile import NpuTilePass
-from hbir.quantization import (
-    DeQuantStub,
-    QconfigSetter,
-    QuantStub,
-    export,
-    get_qconfig,
-    qint16,
-)
+from hbir.quantization import DeQuantStub, QuantStub, export
 
 PASSES = [p.name for p in compile_passes("nash-e")]
 BATCHES = 3
-
-
-class IslandNet(nn.Module):
-    """conv (int8) -> an int16 x int16 linear (the CPU: a float island) -> linear."""
-
-    def __init__(self):
-        super().__init__()
-        self.quant = QuantStub()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.fc1 = nn.Linear(8 * 4 * 4, 16)
-        self.fc2 = nn.Linear(16, 4)
-        self.dequant = DeQuantStub()
-
-    def forward(self, x):
-        x = F.relu(self.conv(self.quant(x)))
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.dequant(self.fc2(x))
-
-
-ISLAND_QCONFIG = QconfigSetter(
-    module_name={
-        "fc1": get_qconfig(in_dtype=qint16, weight_dtype=qint16, out_dtype=qint16),
-        "conv": get_qconfig(out_dtype=qint16),
-    }
-)
-
-
-def _digits_net():
-    path = os.path.join(
-        os.path.dirname(__file__), "..", "quantization", "test_digits.py"
-    )
-    spec = importlib.util.spec_from_file_location("_digits_for_compile", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _quantized(name, tmp_path):
-    """(quantized.bc, input batches) for a zoo model, digits or the island model."""
-    if name in zoo.NAMES:
-        qat, example = calibrated(name, tmp_path)
-        batches = zoo.batches(name, BATCHES, batch=len(example[0]), seed=100)
-    elif name == "digits":
-        digits = _digits_net()
-        (x, _), (xt, _) = digits._data()
-        torch.manual_seed(0)
-        qat = validated(digits.DigitsNet(), list(x[:256].split(64)), tmp_path)
-        example = (x[:4],)
-        batches = [(xt[i * 4 : (i + 1) * 4],) for i in range(BATCHES)]
-    elif name == "nv12":
-        return _nv12(tmp_path)
-    else:
-        torch.manual_seed(0)
-        inputs = [torch.randn(2, 3, 4, 4) for _ in range(4)]
-        qat = validated(IslandNet(), inputs, tmp_path, ISLAND_QCONFIG)
-        example = (inputs[0],)
-        batches = [(torch.randn(2, 3, 4, 4),) for _ in range(BATCHES)]
-    quantized = hbir.convert(export(qat, example), "nash-e")
-    return quantized, [tuple(t.numpy() for t in b) for b in batches]
-
-
-def _nv12(tmp_path):
-    """nv12_quantized.bc: a small conv model behind the canonical NV12 insertion
-    (transpose, BT.601 full-range to RGB with mean / std 128, NV12 planes)."""
-    from hbir.runtime import yuv
-
-    torch.manual_seed(3)
-    net = nn.Sequential(
-        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 64, 5)
-    )
-    inputs = [torch.rand(2, 3, 8, 8) * 4 - 2 for _ in range(4)]
-    model = export(validated(net, inputs, tmp_path), (inputs[0],))
-    node = model.functions[0].inputs[0].insert_transpose(permutes=[0, 3, 1, 2])
-    node = node.insert_image_preprocess("yuvbt601full2rgb", 1, [128.0] * 3, [128.0] * 3)
-    node.insert_image_convert("nv12")
-    rng = np.random.default_rng(3)
-    batches = [
-        yuv.rgb_to_nv12(rng.integers(0, 256, (2, 8, 8, 3)).astype(np.uint8))
-        for _ in range(BATCHES)
-    ]
-    return hbir.convert(model, "nash-e"), [tuple(b) for b in batches]
 
 
 def _outputs(f, inputs):
@@ -124,14 +37,16 @@ def _outputs(f, inputs):
     return list(out) if isinstance(out, tuple) else [out]
 
 
-MODELS = [*zoo.NAMES, "digits", "island", "nv12"]
+MODELS = [*zoo.NAMES, "digits", "island", "nv12"]  # of compile_models.NAMES
 _CACHE: dict = {}
 
 
 def _stages(name, tmp_path_factory):
     """quantized.bc, its inputs, and the program after each compile pass."""
     if name not in _CACHE:
-        quantized, batches = _quantized(name, tmp_path_factory.mktemp(name))
+        quantized, batches = compile_models.quantized(
+            name, tmp_path_factory.mktemp(name), BATCHES
+        )
         stages, current, ctx = {}, quantized.clone(), make_context()
         for p in compile_passes("nash-e"):
             p.apply(ctx, current.module.op)
@@ -238,7 +153,7 @@ def test_layers_that_do_not_fit_sram_are_tiled_bit_identically(tmp_path):
     with pytest.raises(npu.SramError, match="needs .* bytes of SRAM"):
         npu.verify_sram(untiled.module.op)
 
-    compiled = hbir.compile(quantized, "model.hbm", march="nash-e")
+    compiled = lower_to_npu(quantized, march="nash-e")
     tiles = [op for op in compiled.module.op.walk() if npu.ATTR_TILE in op.attributes]
     assert "npu.conv" in {op.name for op in tiles}
     npu.verify_sram(compiled.module.op)
@@ -291,8 +206,8 @@ def test_nash_m_is_faster_than_nash_e(tmp_path_factory):
     qat_like.module.op.attributes["hbir.march"] = hbir.dialects.hbir.StringAttr(
         "nash-m"
     )
-    e = hbir.compile(quantized, march="nash-e").module.op.attributes
-    m = hbir.compile(qat_like, march="nash-m").module.op.attributes
+    e = lower_to_npu(quantized, march="nash-e").module.op.attributes
+    m = lower_to_npu(qat_like, march="nash-m").module.op.attributes
     assert m["npu.estimated_cycles"].value.data < e["npu.estimated_cycles"].value.data
 
 
@@ -378,14 +293,56 @@ def test_a_gemm_past_the_32_bit_accumulator_saturates_identically():
     assert module["forward"](y).tolist() == [[-128 * 1000 * 1024] * 2]
 
 
-def test_compile_reports_progress_and_saves_as_bc(tmp_path, tmp_path_factory, capsys):
+WIDE_INT16 = """
+builtin.module {
+  func.func @forward(%x: tensor<1x512xf32>) -> tensor<1x2xf32> {
+    %xq = qnt.const_fake_quant %x {min = array<f64: -32.768>, max = array<f64: 32.767>, bits = 16 : i64} : tensor<1x512xf32>
+    %w = hbir.constant dense<-1.28> : tensor<2x512xf32>
+    %wq = qnt.const_fake_quant %w {min = array<f64: -1.28>, max = array<f64: 1.27>, bits = 8 : i64} : tensor<2x512xf32>
+    %y = hbir.linear %xq, %wq : (tensor<1x512xf32>, tensor<2x512xf32>) -> tensor<1x2xf32>
+    %yq = qnt.const_fake_quant %y {min = array<f64: -1024.0>, max = array<f64: 1023.0>, bits = 8 : i64} : tensor<1x2xf32>
+    func.return %yq : tensor<1x2xf32>
+  }
+}
+"""
+
+
+def test_a_converted_long_int16_gemm_cannot_saturate():
+    # convert divides the si16 codes by 2 before the 512-term gemm
+    # (numerics.gemm_operand_shifts): npu-lower sees the narrower codes and does
+    # not mark it.
+    quantized = hbir.convert(hbir.Module.parse(WIDE_INT16), "nash-e")
+    module, ctx = quantized.clone(), make_context()
+    for p in compile_passes("nash-e"):
+        p.apply(ctx, module.module.op)
+    gemms = [op for op in module.module.op.walk() if isinstance(op, npu.GemmOp)]
+    assert gemms and not any("npu.acc_may_saturate" in op.attributes for op in gemms)
+    x = np.full((1, 512), -32.768, np.float32)  # every code -32768
+    assert module["forward"](x).tolist() == quantized["forward"](x).tolist()
+
+
+def test_compile_writes_model_hbm_and_reports_progress(
+    tmp_path, tmp_path_factory, capsys
+):
     quantized, batches, _ = _stages("transformer", tmp_path_factory)
-    compiled = hbir.compile(
-        quantized, "model.hbm", march="nash-e", opt=2, progress_bar=True
-    )
+    path = tmp_path / "model.hbm"
+    hbm = hbir.compile(quantized, path, march="nash-e", opt=2, progress_bar=True)
     err = capsys.readouterr().err
     assert [line.split()[-1] for line in err.splitlines()] == PASSES
-    assert not os.path.exists("model.hbm")  # no bytecode yet: nothing is written
+    assert isinstance(hbm, hbir.Hbm) and hbm.march == "nash-e"
+    assert path.exists() and hbm.path == str(path)
+    loaded = hbir.load(path)
+    for inputs in batches:
+        want = _outputs(quantized["forward"], inputs)
+        for got in (_outputs(hbm["forward"], inputs), _outputs(loaded[0], inputs)):
+            assert all(np.array_equal(w, g) for w, g in zip(want, got, strict=True))
+    in_memory = hbir.compile(quantized, march="nash-e")  # no path: nothing written
+    assert in_memory.path is None and len(in_memory.functions) == 1
+
+
+def test_the_npu_module_saves_as_bc(tmp_path, tmp_path_factory):
+    quantized, batches, _ = _stages("transformer", tmp_path_factory)
+    compiled = lower_to_npu(quantized, march="nash-e")
     hbir.save(compiled, tmp_path / "npu.bc")
     again = hbir.load(tmp_path / "npu.bc")
     for inputs in batches:
@@ -397,5 +354,5 @@ def test_compile_reports_progress_and_saves_as_bc(tmp_path, tmp_path_factory, ca
                 strict=True,
             )
         )
-    unfused = hbir.compile(quantized, march="nash-e", opt=0)
+    unfused = lower_to_npu(quantized, march="nash-e", opt=0)
     assert "npu.rescale" in _names(unfused)

@@ -206,14 +206,12 @@ def _pool_reference(xq, pool: nn.AvgPool2d, s_x, s_y, fine=22, bits=8):
     return out
 
 
-@pytest.mark.parametrize("level", [None, 0, 1], ids=["default", "level0", "level1"])
-def test_avg_pool_in_validation_is_the_integer_pipeline(level, tmp_path):
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(1)
-    batches = [torch.randn(2, 3, 16, 16, generator=g) for _ in range(4)]
+def _calibrated(model, batches, level, qconfig, tmp_path):
+    """``model`` prepared at consistency ``level``, calibrated on ``batches``,
+    in VALIDATION."""
     ConsistencyStrategy.set_consistency_level(level)
     try:
-        qat = prepare(Pools().eval(), (batches[0],), out_dir=tmp_path)
+        qat = prepare(model, (batches[0],), qconfig, out_dir=tmp_path)
     finally:
         ConsistencyStrategy.set_consistency_level(None)
     set_fake_quantize(qat, FakeQuantState.CALIBRATION)
@@ -221,6 +219,15 @@ def test_avg_pool_in_validation_is_the_integer_pipeline(level, tmp_path):
         for b in batches:
             qat(b)
     set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    return qat
+
+
+@pytest.mark.parametrize("level", [None, 0, 1], ids=["default", "level0", "level1"])
+def test_avg_pool_in_validation_is_the_integer_pipeline(level, tmp_path):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randn(2, 3, 16, 16, generator=g) for _ in range(4)]
+    qat = _calibrated(Pools().eval(), batches, level, None, tmp_path)
     # Output grid = input grid: a window average of codes is an exact tie whenever
     # its sum is 2 mod 4, where float32 arithmetic breaks the tie either way (the
     # densenet121 transitions at level 0 hit this).
@@ -305,16 +312,7 @@ def test_int16_conv_over_a_long_reduction_never_saturates(level, tmp_path):
     extreme = torch.full((1, 64, 6, 6), 4.0)
     batches = [extreme, -extreme, torch.randn(1, 64, 6, 6, generator=g)]
     setter = QconfigSetter(get_qconfig(), module_name={"quant": qint16})
-    ConsistencyStrategy.set_consistency_level(level)
-    try:
-        qat = prepare(model, (extreme,), setter, out_dir=tmp_path)
-    finally:
-        ConsistencyStrategy.set_consistency_level(None)
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for b in batches:
-            qat(b)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat = _calibrated(model, batches, level, setter, tmp_path)
     conv = qat.conv
     s_x = float(conv.input_fake_quants()[0].scale)
     s_w = conv.weight_fake_quant.scale.detach().numpy()

@@ -54,3 +54,18 @@ builtin.module attributes {hbir.march = "nash-e"} {
     func.return %c : tensor<4xsi8>
   }
 }
+
+// -----
+
+// Debug origin: the fused op computes both quantized.bc ops (npu.origin is the
+// union) and gives the requantization's value (npu.value_of of the last).
+// CHECK-LABEL: func.func @origin
+// CHECK-NEXT:    %[[C:.*]] = npu.conv %x, %w {npu.origin = array<i64: 2, 3>, npu.value_of = 3 : i64, {{.*}}multiplier = array<i64: 1073741824>, shift = array<i64: 34>}
+// CHECK-NEXT:    func.return %[[C]]
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @origin(%x: tensor<1x4x4x2xsi8>, %w: tensor<2x1x1x2xsi8>) -> tensor<1x4x4x2xsi8> {
+    %c = npu.conv %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, npu.origin = array<i64: 2>, npu.value_of = 2 : i64, npu.value_perm = array<i64: 0, 3, 1, 2>} : (tensor<1x4x4x2xsi8>, tensor<2x1x1x2xsi8>) -> tensor<1x4x4x2xsi32>
+    %q = npu.rescale %c {multiplier = array<i64: 1073741824>, shift = array<i64: 34>, npu.origin = array<i64: 3>, npu.value_of = 3 : i64} : tensor<1x4x4x2xsi32> -> tensor<1x4x4x2xsi8>
+    func.return %q : tensor<1x4x4x2xsi8>
+  }
+}

@@ -2,16 +2,19 @@
 
 // Positive: an integer conv becomes an NHWC npu.conv between two transposes (its
 // weight too); the requantization becomes npu.rescale; the input quantize (float)
-// is a CPU island.
+// is a CPU island. Every new op records the quantized.bc op ID it computes
+// (npu.origin) and, when its result is that op's whole value, npu.value_of (and
+// npu.value_perm: the NHWC conv's result is op 2's value transposed back).
 // CHECK-LABEL: func.func @conv
-// CHECK-NEXT:    %[[W:.*]] = npu.constant dense<1> : tensor<2x3x1x1xsi8>
+// CHECK-NEXT:    %[[W:.*]] = npu.constant {npu.origin = array<i64: 1>, npu.value_of = 1 : i64} dense<1> : tensor<2x3x1x1xsi8>
 // CHECK-NEXT:    %[[X:.*]] = "npu.cpu_call"(%x) <{reason = "quantize"}>
 // CHECK:           qnt.quantize
-// CHECK:         %[[XT:.*]] = npu.transpose %[[X]] {perm = array<i64: 0, 2, 3, 1>} : tensor<1x3x4x4xsi8> -> tensor<1x4x4x3xsi8>
-// CHECK-NEXT:    %[[WT:.*]] = npu.transpose %[[W]] {perm = array<i64: 0, 2, 3, 1>} : tensor<2x3x1x1xsi8> -> tensor<2x1x1x3xsi8>
-// CHECK-NEXT:    %[[C:.*]] = npu.conv %[[XT]], %[[WT]] {{.*}} : (tensor<1x4x4x3xsi8>, tensor<2x1x1x3xsi8>) -> tensor<1x4x4x2xsi32>
-// CHECK-NEXT:    %[[B:.*]] = npu.transpose %[[C]] {perm = array<i64: 0, 3, 1, 2>} : tensor<1x4x4x2xsi32> -> tensor<1x2x4x4xsi32>
-// CHECK-NEXT:    %q = npu.rescale %[[B]] {multiplier = array<i64: 1073741824>, shift = array<i64: 31>} : tensor<1x2x4x4xsi32> -> tensor<1x2x4x4xsi8>
+// CHECK:         }) {npu.origin = array<i64: 0>, npu.value_of = 0 : i64}
+// CHECK-NEXT:    %[[XT:.*]] = npu.transpose %[[X]] {npu.origin = array<i64: 2>, perm = array<i64: 0, 2, 3, 1>} : tensor<1x3x4x4xsi8> -> tensor<1x4x4x3xsi8>
+// CHECK-NEXT:    %[[WT:.*]] = npu.transpose %[[W]] {npu.origin = array<i64: 2>, perm = array<i64: 0, 2, 3, 1>} : tensor<2x3x1x1xsi8> -> tensor<2x1x1x3xsi8>
+// CHECK-NEXT:    %[[C:.*]] = npu.conv %[[XT]], %[[WT]] {npu.origin = array<i64: 2>, npu.value_of = 2 : i64, npu.value_perm = array<i64: 0, 3, 1, 2>, {{.*}}} : (tensor<1x4x4x3xsi8>, tensor<2x1x1x3xsi8>) -> tensor<1x4x4x2xsi32>
+// CHECK-NEXT:    %[[B:.*]] = npu.transpose %[[C]] {npu.origin = array<i64: 2>, npu.value_of = 2 : i64, perm = array<i64: 0, 3, 1, 2>} : tensor<1x4x4x2xsi32> -> tensor<1x2x4x4xsi32>
+// CHECK-NEXT:    %q = npu.rescale %[[B]] {npu.origin = array<i64: 3>, npu.value_of = 3 : i64, multiplier = array<i64: 1073741824>, shift = array<i64: 31>} : tensor<1x2x4x4xsi32> -> tensor<1x2x4x4xsi8>
 builtin.module attributes {hbir.march = "nash-e"} {
   func.func @conv(%x: tensor<1x3x4x4xf32>) -> tensor<1x2x4x4xsi8> {
     %xq = qnt.quantize %x {scales = array<f32: 0.05>, zeros = array<i64: 0>} : tensor<1x3x4x4xf32> -> tensor<1x3x4x4xsi8>

@@ -33,12 +33,32 @@ builtin.module attributes {hbir.march = "nash-e"} {
 
 // -----
 
-// Invalid: a gemm whose weight alone is larger than SRAM cannot be tiled by rows.
+// Positive: a linear whose weight alone is larger than SRAM is split into
+// output-channel tiles, each with its weight rows (new constants) and its
+// channels' requantization; the tiles are joined along the channel axis.
+// CHECK-LABEL: func.func @wide
+// CHECK-NEXT:    %[[W0:.*]] = npu.constant dense<1> : tensor<22x64xsi8>
+// CHECK-NEXT:    %[[T0:.*]] = npu.gemm %x, %[[W0]] {npu.tile = array<i64: 0, 3>, transpose_b = true, multiplier = array<i64: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22>, shift = array<i64: {{.*}}>} : (tensor<2x64xsi8>, tensor<22x64xsi8>) -> tensor<2x22xsi32>
+// CHECK:         %[[W2:.*]] = npu.constant dense<1> : tensor<20x64xsi8>
+// CHECK-NEXT:    %[[T2:.*]] = npu.gemm %x, %[[W2]] {npu.tile = array<i64: 2, 3>, transpose_b = true, multiplier = array<i64: 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64>, shift = array<i64: {{.*}}>} : (tensor<2x64xsi8>, tensor<20x64xsi8>) -> tensor<2x20xsi32>
+// CHECK-NEXT:    %y = npu.concat %[[T0]], %{{.*}}, %[[T2]] {dim = 1 : i64} : (tensor<2x22xsi32>, tensor<2x22xsi32>, tensor<2x20xsi32>) -> tensor<2x64xsi32>
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @wide(%x: tensor<2x64xsi8>) -> tensor<2x64xsi32> {
+    %w = npu.constant dense<1> : tensor<64x64xsi8>
+    %y = npu.gemm %x, %w {transpose_b = true, multiplier = array<i64: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64>, shift = array<i64: 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30, 30>} : (tensor<2x64xsi8>, tensor<64x64xsi8>) -> tensor<2x64xsi32>
+    func.return %y : tensor<2x64xsi32>
+  }
+}
+
+// -----
+
+// Invalid: a gemm whose weight for one output channel is larger than SRAM fits
+// neither row nor channel tiles.
 // CHECK: npu-tile: 'npu.gemm' needs {{[0-9]+}} bytes of SRAM at once, the march has 2048 (no row tiling makes it fit)
 builtin.module attributes {hbir.march = "nash-e"} {
-  func.func @big(%x: tensor<2x64xsi8>) -> tensor<2x64xsi32> {
-    %w = npu.constant dense<1> : tensor<64x64xsi8>
-    %y = npu.gemm %x, %w {transpose_b = true} : (tensor<2x64xsi8>, tensor<64x64xsi8>) -> tensor<2x64xsi32>
-    func.return %y : tensor<2x64xsi32>
+  func.func @big(%x: tensor<2x4096xsi8>) -> tensor<2x2xsi32> {
+    %w = npu.constant dense<1> : tensor<2x4096xsi8>
+    %y = npu.gemm %x, %w {transpose_b = true} : (tensor<2x4096xsi8>, tensor<2x4096xsi8>) -> tensor<2x2xsi32>
+    func.return %y : tensor<2x2xsi32>
   }
 }

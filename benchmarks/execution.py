@@ -1,0 +1,234 @@
+"""Execution speed of every stage, side by side with torch and ONNX Runtime.
+
+Run: ``python benchmarks/execution.py [--repeat 5] [--overhead-only] [MODEL ...]``
+
+For each model of ``benchmarks/execution_models.py`` (ResNet-18 at 224x224, the
+perf-anchors model; MobileNetV2 at 224x224; an encoder block of sequence 128 and
+width 256), batch 1, one thread, in one process:
+
+* torch fp32 eager, ``qat.pt`` eager (VALIDATION, the fixed-point forward);
+* ``qat.bc`` feed, ``quantized.bc`` feed (the interpreter's prepared plans,
+  ``runtime/plan.py``), and whether each equals the op-by-op loop bit for bit;
+* ``model.hbm`` feed (the simulated NPU; skipped with the compiler's reason
+  for a model it refuses);
+* ONNX Runtime fp32 and int8 QDQ (u8 activations, s8 per-channel weights: the
+  fast x86 path), which need ``pip install onnxruntime onnx`` (benchmark-only
+  dependencies; the rows are skipped without them).
+
+Times are the median and the best of ``--repeat`` runs after one warm-up; ratios
+are against torch fp32 eager, and the issue's two targets are printed below each table
+(``quantized.bc`` / ORT int8 <= 3, ``qat.bc`` / ``qat.pt`` <= 1.2).
+
+Then the per-op overhead of the interpreter on the tiny zoo models
+(``tests/zoo.py``): (feed time - time inside the plan's kernels) / steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+sys.path.insert(0, os.path.dirname(__file__))
+
+import numpy as np  # noqa: E402
+import ort_peer  # noqa: E402
+import torch  # noqa: E402
+import zoo_loader  # noqa: E402, F401  (makes tests/zoo.py importable)
+from execution_models import MODELS, build, example  # noqa: E402
+
+import hbir  # noqa: E402
+from hbir.errors import HbirError  # noqa: E402
+from hbir.quantization import (  # noqa: E402
+    FakeQuantState,
+    export,
+    prepare,
+    set_fake_quantize,
+)
+from hbir.runtime import plan  # noqa: E402
+from hbir.runtime.interpreter import run_function  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def stages(name: str, out_dir: str):
+    """float model, qat.pt (VALIDATION), qat.bc, quantized.bc, and the input."""
+    model = build(name)
+    x = example(name)
+    qat = prepare(model, (x,), out_dir=out_dir)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for seed in (10, 11):
+            qat(example(name, seed=seed))
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat_bc = export(qat, (x,))
+    return model, qat, qat_bc, hbir.convert(qat_bc, "nash-e"), x
+
+
+def bit_identical(module, x: np.ndarray) -> bool:
+    """The plan's outputs equal the op-by-op loop's, byte for byte."""
+    f = module[0]
+    fast = run_function(f.op, [x], rounding=module.rounding)
+    slow = run_function(f.op, [x], rounding=module.rounding, on_op=lambda *_: None)
+    return all(a.tobytes() == b.tobytes() for a, b in zip(fast, slow, strict=True))
+
+
+def hbm_row(quantized, x: np.ndarray, out_dir: str, repeat: int):
+    """(ms, note) of model.hbm feed, or (None, why the compiler refused it)."""
+    try:
+        hbm = hbir.compile(quantized, os.path.join(out_dir, "model.hbm"))
+    except HbirError as e:  # e.g. a layer no tiling fits into SRAM
+        return None, f"skipped: {str(e)[:80]}"
+    f = hbm[0]
+    feed = {f.inputs[0].name: x}
+    return timed(lambda: f.feed(feed), repeat), ""
+
+
+def ort_rows(model, x: torch.Tensor, name: str, repeat: int):
+    """{row: ms} of ONNX Runtime fp32 and int8 QDQ (``ort_peer``: calibrated on
+    the two inputs the hbir stages saw), or {row: why skipped}."""
+    if not ort_peer.available():
+        why = f"skipped: {ort_peer.INSTALL_HINT}"
+        return {"ORT fp32": why, "ORT int8 QDQ u8s8": why}
+    calibration = [example(name, seed=s).numpy() for s in (10, 11)]
+    sessions = ort_peer.sessions(model, x, calibration)
+    feed = {"input": x.numpy()}
+    return {
+        row: timed(lambda s=sessions[key]: s.run(None, feed), repeat)
+        for row, key in (("ORT fp32", "fp32"), ("ORT int8 QDQ u8s8", "int8"))
+    }
+
+
+def benchmark(name: str, repeat: int) -> None:
+    with tempfile.TemporaryDirectory() as out:
+        model, qat, qat_bc, quantized, x = stages(name, out)
+        xn = x.numpy()
+        rows: dict[str, float | str] = {}
+        with torch.no_grad():
+            rows["torch fp32 eager"] = timed(lambda: model(x), repeat)
+            rows["qat.pt eager"] = timed(lambda: qat(x), repeat)
+        notes = {}
+        for row, module in (("qat.bc feed", qat_bc), ("quantized.bc feed", quantized)):
+            f = module[0]
+            feed = {f.inputs[0].name: xn}
+            start = time.perf_counter()
+            f.feed(feed)  # builds the plan
+            notes[row] = f"first call {1e3 * (time.perf_counter() - start):.0f} ms"
+            rows[row] = timed(lambda f=f, feed=feed: f.feed(feed), repeat)
+        ms, why = hbm_row(quantized, xn, out, repeat)
+        rows["model.hbm feed"] = why if ms is None else ms
+        rows.update(ort_rows(model, x, name, repeat))
+        # after the timings: the op-by-op loop's big temporaries would slow them
+        for row, module in (("qat.bc feed", qat_bc), ("quantized.bc feed", quantized)):
+            same = bit_identical(module, xn)
+            notes[row] += ", = op-by-op: " + ("bit-identical" if same else "DIFFERS")
+    print(f"\n{name}: input {tuple(x.shape)}, 1 thread, {repeat} runs: median, best")
+    base = rows["torch fp32 eager"]
+    for row, value in rows.items():
+        if isinstance(value, str):
+            print(f"  {row:22} {value}")
+            continue
+        (median, best), note = value, notes.get(row, "")
+        print(
+            f"  {row:22} {median:9.2f} {best:9.2f} ms {median / base[0]:6.2f}x   {note}"
+        )
+    for row, ref, target in (
+        ("quantized.bc feed", "ORT int8 QDQ u8s8", 3),
+        ("qat.bc feed", "qat.pt eager", 1.2),
+    ):
+        if isinstance(rows.get(ref), tuple):
+            median, best = (a / b for a, b in zip(rows[row], rows[ref], strict=True))
+            print(
+                f"  {row} / {ref}: {median:.2f} (medians), {best:.2f} (best runs); "
+                f"target <= {target}"
+            )
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    """(median, best) ms of ``repeat`` calls after one warm-up: the best run is
+    the least disturbed on a shared machine."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return float(np.median(times)), min(times)
+
+
+def per_op_overhead(repeat: int) -> None:
+    """(feed - kernel time) / steps on the tiny zoo models, µs."""
+    import zoo
+    from zoo_stages import calibrated
+
+    print("\nper-op overhead on the zoo models: (feed - kernels) / steps, best runs")
+    with tempfile.TemporaryDirectory() as out:
+        for name in zoo.NAMES:
+            qat, ex = calibrated(name, Path(out) / name)
+            qat_bc = export(qat, ex)
+            quantized = hbir.convert(qat_bc, "nash-e")
+            for stage, module in (("qat.bc", qat_bc), ("quantized.bc", quantized)):
+                f = module[0]
+                feed = dict(zip(f.inputs.names, (t.numpy() for t in ex), strict=True))
+                prepared = plan.prepared(f.op, module.rounding)
+                steps = prepared.steps
+                inputs = list(feed.values())
+                total, kernel = interleaved_best(
+                    lambda f=f, feed=feed: f.feed(feed),
+                    lambda p=prepared, i=inputs: _kernels_only(p, i),
+                    repeat * 40,
+                )
+                ops = sum(1 for _ in f.op.body.block.ops) - 1
+                overhead = (total - kernel) / len(steps) * 1e6
+                print(
+                    f"  {name:12} {stage:13} feed {total * 1e3:7.3f} ms, "
+                    f"kernels {kernel * 1e3:7.3f} ms, {len(steps):3} steps "
+                    f"({ops} ops), {overhead:5.1f} µs/step"
+                )
+
+
+def interleaved_best(a, b, repeat: int) -> tuple[float, float]:
+    """The best of ``repeat`` alternating runs of ``a`` and ``b``, seconds: both
+    see the same moments of a shared machine's load."""
+    best_a = best_b = float("inf")
+    for _ in range(repeat + 1):
+        start = time.perf_counter()
+        a()
+        middle = time.perf_counter()
+        b()
+        end = time.perf_counter()
+        best_a, best_b = min(best_a, middle - start), min(best_b, end - middle)
+    return best_a, best_b
+
+
+def _kernels_only(p: plan.Plan, inputs) -> None:
+    """The plan's kernel calls alone, on prebound inputs (no checks, no loop
+    bookkeeping beyond the operand lists)."""
+    env = p.env.copy()
+    for i, x in enumerate(inputs):
+        env[i] = x
+    for step in p.steps:
+        results = step.run(*[env[a] for a in step.args])
+        for slot, y in zip(step.outs, results, strict=True):
+            env[slot] = y
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=list(MODELS))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--overhead-only", action="store_true")
+    args = parser.parse_args()
+    if not args.overhead_only:
+        for name in args.models:
+            benchmark(name, args.repeat)
+    per_op_overhead(args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The ONNX Runtime int8 peer of the benchmarks: a float torch model as static QDQ.
+
+As ``perf-anchors.md`` measured it: the float model exported to ONNX, quantized by
+``onnxruntime.quantization.quantize_static`` per channel in QDQ form with u8
+activations and s8 weights (u8s8: ORT's fast x86 kernels; s8s8 runs 2.6x slower
+there), calibrated on a few batches, without ORT's pre-processing step, and run
+with one intra-op thread. onnx and onnxruntime are benchmark-only dependencies:
+``available()`` says whether they are installed and ``INSTALL_HINT`` how.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import tempfile
+
+import numpy as np
+
+INSTALL_HINT = "pip install onnx onnxruntime"
+
+
+def available() -> bool:
+    return all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime"))
+
+
+def sessions(model, example, calibration: list[np.ndarray], threads: int = 1):
+    """ORT sessions of ``model`` (float torch, one input): ``"fp32"``, and
+    ``"int8"`` quantized to QDQ (u8s8, per channel) on ``calibration``; run either
+    with ``session.run(None, {"input": x})``."""
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Batches(CalibrationDataReader):
+        def __init__(self):
+            self._batches = iter(calibration)
+
+        def get_next(self):
+            x = next(self._batches, None)
+            return None if x is None else {"input": x}
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: not its graph clean-up notes
+    with tempfile.TemporaryDirectory() as folder:
+        fp32 = os.path.join(folder, "fp32.onnx")
+        int8 = os.path.join(folder, "int8.onnx")
+        torch.onnx.export(
+            model.eval(),
+            (example,),
+            fp32,
+            input_names=["input"],
+            output_names=["output"],
+            opset_version=17,
+            dynamo=False,
+        )
+        # quantize_static logs its advice (pre-processing) as root warnings.
+        root = logging.getLogger()
+        level, root.level = root.level, logging.ERROR
+        try:
+            quantize_static(
+                fp32,
+                int8,
+                Batches(),
+                quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+            )
+        finally:
+            root.level = level
+        return {
+            key: ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            for key, path in (("fp32", fp32), ("int8", int8))
+        }

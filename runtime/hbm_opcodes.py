@@ -1,0 +1,581 @@
+"""The NPU's instruction set: the one table of opcodes.
+
+The emitter (npu dialect -> instructions), the ``.hbm`` writer and loader, the
+text form and the simulator all read this table; no other file numbers opcodes.
+
+Each opcode has a number (stable across versions of the format), a mnemonic,
+operand and result counts (``None``: variadic, the exact rule is in ``check``),
+the unit that runs it, its immediate fields, each with a kind, and a shape rule:
+
+====== ==========================================================
+kind   value in ``Instruction.fields``
+====== ==========================================================
+i64    ``int`` (signed 64-bit)
+i64[]  ``tuple[int, ...]``
+f64    ``float``
+f64[]  ``tuple[float, ...]``
+str    ``str`` (UTF-8)
+bool   ``bool``
+buffer ``int``: the id of a ``const`` Buffer of the function, or ``-1``: none
+====== ==========================================================
+
+Every field is present in every instruction (the emitter resolves the npu
+dialect's defaults), so the simulator reads fields without a fallback. "None"
+is spelled in the field's own kind: ``-1`` for a ``buffer`` or an optional
+``i64`` (``pre_shift``, ``weight_bits``), ``()`` for an optional array.
+
+**Post-process** (``POST``, on conv, conv_transpose, gemm, eltwise, rescale,
+reduce, pool; ``dialects/npu.py``'s ``PostProcessOp``): the op's exact value is
+saturated to ``acc_bits``; then ``pre_shift`` (a left shift, saturated to si32;
+-1: none), the bias operand (added inside the accumulator without a pre_shift,
+after it with one), the requantization ``multiplier`` / ``shift`` (const int32
+buffers of 1 or C values along channel ``axis``; -1: none) with ``rounding``,
+and the result range ``clip = (lo, hi)`` (always given: the result type's range,
+narrowed by a fused relu / clip).
+
+**Shape rules.** ``check(instruction, code)`` (``code`` is the instruction's
+``FunctionCode``) returns ``None`` or a message saying what is wrong: operand and
+result counts, dtypes, shapes, field lengths and ranges, the constants a field
+names. The loader calls it for every instruction after the generic checks (the
+opcode exists, fixed counts match, every buffer id exists, every field has its
+kind, every ``buffer`` field names a ``const`` Buffer whose constant is present
+with the Buffer's shape and dtype); after that the simulator runs without
+re-checking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hbir.runtime import numerics
+
+if TYPE_CHECKING:
+    from hbir.runtime.hbm_program import Buffer, FunctionCode, Instruction
+
+KINDS = ("i64", "i64[]", "f64", "f64[]", "str", "bool", "buffer")
+NONE = -1  # an absent ``buffer`` or optional ``i64`` field
+
+Check = Callable[["Instruction", "FunctionCode"], "str | None"]
+
+
+@dataclass(frozen=True)
+class Opcode:
+    number: int
+    name: str  # mnemonic, e.g. "conv", "dma_load"
+    operands: int | None
+    results: int | None
+    unit: str  # "tae" | "vae" | "aae" | "dte" | "dma" | "cpu" | "view" (no time)
+    fields: tuple[tuple[str, str], ...]  # (field name, kind)
+    check: Check | None = None  # the shape rule (see the module docstring)
+
+
+POST = (
+    ("acc_bits", "i64"),
+    ("pre_shift", "i64"),
+    ("multiplier", "buffer"),
+    ("shift", "buffer"),
+    ("rounding", "str"),
+    ("clip", "i64[]"),
+    ("axis", "i64"),
+)
+LUT_SEGMENTED = (
+    ("function", "str"),
+    ("kind", "str"),
+    ("rounding", "str"),
+    ("in_scale", "f64"),
+    ("out_scale", "f64"),
+    ("in_bits", "i64"),
+    ("out_bits", "i64"),
+    ("num_tables", "i64"),
+    ("frac_bits", "i64"),
+    ("phase_mult", "i64"),
+    ("phase_shift", "i64"),
+    ("phase_bits", "i64"),
+    ("octave_step", "i64"),
+    ("starts", "buffer"),
+    ("offsets", "buffer"),
+    ("slopes", "buffer"),
+)
+ELTWISE_KINDS = ("add", "sub", "mul", "maximum", "minimum")
+REDUCE_KINDS = ("sum", "max", "mean")
+POOL_KINDS = ("max", "avg")
+RESIZE_MODES = ("nearest", "bilinear")
+_SIGNED = ("int8", "int16", "int32", "int64")
+_INTEGER = (*_SIGNED, "uint8", "uint16", "uint32")
+
+
+class _Bad(Exception):
+    """A shape rule failed (turned into the message ``check`` returns)."""
+
+
+def _need(condition: bool, message: str) -> None:
+    if not condition:
+        raise _Bad(message)
+
+
+def _bits(dtype: str) -> int:
+    return np.dtype(dtype).itemsize * 8
+
+
+def _signed(b: Buffer, what: str) -> int:
+    _need(b.dtype in _SIGNED, f"{what} must be a signed integer, got {b.dtype}")
+    return _bits(b.dtype)
+
+
+def _rank(b: Buffer, n: int, what: str) -> tuple[int, ...]:
+    _need(len(b.shape) == n, f"{what} must be {n}-d, got shape {list(b.shape)}")
+    return b.shape
+
+
+def _ints(fields: Mapping, name: str, n: int | None = None, lo: int = 0) -> tuple:
+    v = fields[name]
+    _need(n is None or len(v) == n, f"{name} needs {n} values, got {len(v)}")
+    _need(all(x >= lo for x in v), f"{name} values must be at least {lo}")
+    return v
+
+
+def _const(code: FunctionCode, buffer_id: int, what: str) -> np.ndarray:
+    _need(buffer_id != NONE, f"{what} is missing")
+    v = code.constants[buffer_id]
+    _need(v.dtype.kind == "i", f"{what} must be integers, got {v.dtype}")
+    return v
+
+
+def _post(ins: Instruction, code: FunctionCode, out: Buffer) -> None:
+    f = ins.fields
+    width = _signed(out, "result")
+    _need(2 <= f["acc_bits"] <= 64, f"acc_bits {f['acc_bits']} not in [2, 64]")
+    _need(
+        f["pre_shift"] == NONE or 0 <= f["pre_shift"] <= 31,
+        f"pre_shift {f['pre_shift']} not in [0, 31] (or -1)",
+    )
+    _need(f["rounding"] in numerics.ROUNDING_MODES, f"rounding {f['rounding']!r}")
+    _need(0 <= f["axis"] < max(1, len(out.shape)), f"axis {f['axis']} out of range")
+    lo, hi = numerics.qrange(width)
+    clip = f["clip"]
+    _need(
+        len(clip) == 2 and lo <= clip[0] <= clip[1] <= hi,
+        f"clip {list(clip)} must be [lo, hi] within [{lo}, {hi}]",
+    )
+    m, s = f["multiplier"], f["shift"]
+    _need((m == NONE) == (s == NONE), "multiplier and shift go together")
+    if m == NONE:
+        return
+    channels = out.shape[f["axis"]] if out.shape else 1
+    m, s = _const(code, m, "multiplier"), _const(code, s, "shift")
+    _need(
+        m.shape == s.shape and m.ndim == 1 and m.size in (1, channels),
+        f"{m.size} multipliers and {s.size} shifts for {channels} channels",
+    )
+    _need(bool(np.all((m >= 0) & (m < 1 << 31))), "multipliers must be in [0, 2**31)")
+    lo, hi = numerics.SHIFT_RANGE
+    _need(bool(np.all((s >= lo) & (s <= hi))), f"shifts must be in [{lo}, {hi}]")
+
+
+def _bias(ins: Instruction, code: FunctionCode, channels: int, n_fixed: int) -> None:
+    _need(
+        len(ins.operands) in (n_fixed, n_fixed + 1),
+        f"needs {n_fixed} operands, or {n_fixed + 1} with a bias; got "
+        f"{len(ins.operands)}",
+    )
+    if len(ins.operands) > n_fixed:
+        b = code.buffers[ins.operands[n_fixed]]
+        _need(
+            b.dtype == "int32" and b.shape == (channels,),
+            f"bias must be int32 [{channels}], got {b.dtype} {list(b.shape)}",
+        )
+
+
+def _same_shape(ins: Instruction, code: FunctionCode) -> None:
+    x, y = code.buffers[ins.operands[0]], code.buffers[ins.results[0]]
+    _need(x.shape == y.shape, f"result shape {list(y.shape)} != {list(x.shape)}")
+
+
+def _ops(ins: Instruction, code: FunctionCode) -> tuple[list, list]:
+    return (
+        [code.buffers[i] for i in ins.operands],
+        [code.buffers[i] for i in ins.results],
+    )
+
+
+def _windowed(size: int, pad: int, kernel: int, stride: int, dilation: int) -> int:
+    return (size + pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _pooled(size, before, after, kernel, stride, dilation, fields) -> int:
+    """torch's pooled size: with ceil_mode a last partial window counts if it
+    starts inside the input or its leading padding."""
+    if not fields["ceil_mode"]:
+        return _windowed(size, before + after, kernel, stride, dilation)
+    out = -(-(size + before + after - dilation * (kernel - 1) - 1) // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + before else out
+
+
+# ------------------------------------------------------------------ rules
+
+
+def _check_conv(ins, code):
+    (x, w, *_), (y,) = _ops(ins, code)
+    f = ins.fields
+    n, h, wd, c = _rank(x, 4, "input")
+    o, kh, kw, ci = _rank(w, 4, "weight")
+    _signed(x, "input"), _signed(w, "weight")
+    sh, sw = _ints(f, "stride", 2, 1)
+    t, lf, b, r = _ints(f, "padding", 4)
+    dh, dw = _ints(f, "dilation", 2, 1)
+    g = f["groups"]
+    _need(g >= 1 and c == ci * g and o % g == 0, f"weight does not fit {g} groups")
+    want = (n, _windowed(h, t + b, kh, sh, dh), _windowed(wd, lf + r, kw, sw, dw), o)
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _bias(ins, code, o, 2)
+    _post(ins, code, y)
+
+
+def _check_conv_transpose(ins, code):
+    (x, w, *_), (y,) = _ops(ins, code)
+    f = ins.fields
+    n, h, wd, c = _rank(x, 4, "input")
+    ci, kh, kw, og = _rank(w, 4, "weight")
+    _signed(x, "input"), _signed(w, "weight")
+    sh, sw = _ints(f, "stride", 2, 1)
+    ph, pw = _ints(f, "padding", 2)
+    oph, opw = _ints(f, "output_padding", 2)
+    dh, dw = _ints(f, "dilation", 2, 1)
+    g = f["groups"]
+    _need(ci == c and g >= 1 and c % g == 0, f"weight does not fit {g} groups")
+    oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    want = (n, oh, ow, og * g)
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _bias(ins, code, og * g, 2)
+    _post(ins, code, y)
+
+
+def _check_gemm(ins, code):
+    (a, b, *_), (y,) = _ops(ins, code)
+    _signed(a, "input"), _signed(b, "weight")
+    _need(len(a.shape) >= 1 and len(b.shape) >= 2, "gemm operands need dims")
+    if ins.fields["transpose_b"]:
+        _need(len(b.shape) == 2, "a linear weight is [N, K]")
+        want = (*a.shape[:-1], b.shape[0])
+        _need(a.shape[-1] == b.shape[1], "reduction sizes differ")
+    else:
+        try:
+            lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise _Bad("batch dims do not broadcast") from None
+        _need(len(a.shape) >= 2 and a.shape[-1] == b.shape[-2], "reduction sizes")
+        want = (*lead, a.shape[-2], b.shape[-1])
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _bias(ins, code, y.shape[-1], 2)
+    _post(ins, code, y)
+
+
+def _check_eltwise(ins, code):
+    (a, b), (y,) = _ops(ins, code)
+    f = ins.fields
+    _need(f["kind"] in ELTWISE_KINDS, f"kind {f['kind']!r}")
+    _signed(a, "lhs"), _signed(b, "rhs")
+    try:
+        want = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise _Bad("operand shapes do not broadcast") from None
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    m, s = f["in_multiplier"], f["in_shift"]
+    _need(len(m) == len(s) and len(m) in (0, 2), "in_multiplier / in_shift: 0 or 2")
+    _need(all(0 <= v < 1 << 31 for v in m), "in_multipliers must be in [0, 2**31)")
+    lo, hi = numerics.SHIFT_RANGE
+    _need(all(lo <= v <= hi for v in s), f"in_shifts must be in [{lo}, {hi}]")
+    _post(ins, code, y)
+
+
+def _check_rescale(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(_signed(x, "input") <= 32, "input must be at most 32 bits wide")
+    _same_shape(ins, code)
+    _need(ins.fields["multiplier"] != NONE, "a rescale needs a multiplier")
+    _post(ins, code, y)
+
+
+def _check_reduce(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    f = ins.fields
+    _need(f["kind"] in REDUCE_KINDS, f"kind {f['kind']!r}")
+    _signed(x, "input")
+    dims = f["dims"]
+    _need(
+        len(set(dims)) == len(dims) and all(0 <= d < len(x.shape) for d in dims),
+        f"dims {list(dims)} out of range",
+    )
+    keep = f["keepdim"]
+    want = tuple(
+        1 if i in dims else n for i, n in enumerate(x.shape) if keep or i not in dims
+    )
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _post(ins, code, y)
+
+
+def _check_cast(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(x.dtype in _INTEGER and y.dtype in _INTEGER, "cast is integer to integer")
+    _same_shape(ins, code)
+
+
+def _check_lut(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(x.dtype == "int8", f"a direct table takes int8, got {x.dtype}")
+    _signed(y, "result")
+    _same_shape(ins, code)
+    table = _const(code, ins.fields["table"], "table")
+    _need(table.shape == (256,), "a direct table has 256 entries")
+    lo, hi = numerics.qrange(_bits(y.dtype))
+    _need(bool(np.all((table >= lo) & (table <= hi))), "table entries out of range")
+
+
+def lut_table(fields: Mapping) -> numerics.LutTable:
+    """The segmented table of ``lut_segmented`` fields, with ``starts`` /
+    ``offsets`` / ``slopes`` as arrays (``LutTable`` validates it: no int64
+    intermediate of ``numerics.apply_lut`` can overflow)."""
+    f = fields
+    return numerics.LutTable(
+        op=f["function"],
+        kind=f["kind"],
+        in_scale=f["in_scale"],
+        out_scale=f["out_scale"],
+        in_bits=f["in_bits"],
+        out_bits=f["out_bits"],
+        num_tables=f["num_tables"],
+        rounding=f["rounding"],
+        frac_bits=f["frac_bits"],
+        starts=f["starts"],
+        offsets=f["offsets"],
+        slopes=f["slopes"],
+        phase_mult=f["phase_mult"],
+        phase_shift=f["phase_shift"],
+        phase_bits=f["phase_bits"],
+        octave_step=f["octave_step"],
+    )
+
+
+def _check_lut_segmented(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(x.dtype == "int16", f"a segmented table takes int16, got {x.dtype}")
+    _signed(y, "result")
+    _same_shape(ins, code)
+    arrays = {
+        n: _const(code, ins.fields[n], n) for n in ("starts", "offsets", "slopes")
+    }
+    try:
+        table = lut_table({**ins.fields, **arrays})
+    except (ValueError, TypeError) as e:
+        raise _Bad(f"bad table: {e}") from None
+    _need(table.out_bits == _bits(y.dtype), "out_bits differs from the result")
+
+
+def _check_pool(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    f = ins.fields
+    _need(f["kind"] in POOL_KINDS, f"kind {f['kind']!r}")
+    n, h, w, c = _rank(x, 4, "input")
+    _signed(x, "input")
+    kh, kw = _ints(f, "kernel", 2, 1)
+    sh, sw = _ints(f, "stride", 2, 1)
+    t, lf, b, r = _ints(f, "padding", 4)
+    dh, dw = _ints(f, "dilation", 2, 1)
+    _need(max(t, b) <= kh // 2 and max(lf, r) <= kw // 2, "padding above half a kernel")
+    if f["kind"] == "avg":
+        _need((t, lf) == (b, r), "average pool padding must be symmetric")
+        _need((dh, dw) == (1, 1), "average pools are not dilated")
+    want = (n, _pooled(h, t, b, kh, sh, dh, f), _pooled(w, lf, r, kw, sw, dw, f), c)
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _post(ins, code, y)
+
+
+def _check_resize(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    f = ins.fields
+    n, _, _, c = _rank(x, 4, "input")
+    _signed(x, "input")
+    _need(x.dtype == y.dtype, "resize keeps the dtype")
+    _need(f["mode"] in RESIZE_MODES, f"mode {f['mode']!r}")
+    oh, ow = _ints(f, "size", 2, 1)
+    _need(y.shape == (n, oh, ow, c), f"result shape {list(y.shape)}")
+    _need(len(f["scale"]) in (0, 2), "scale: 0 or 2 values")
+    _need(
+        f["weight_bits"] == NONE or f["mode"] == "bilinear",
+        "weight_bits is for the bilinear NPU resize",
+    )
+
+
+def _check_transpose(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    perm = ins.fields["perm"]
+    _need(sorted(perm) == list(range(len(x.shape))), f"{list(perm)}: no permutation")
+    want = tuple(x.shape[p] for p in perm)
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _need(x.dtype == y.dtype, "a transpose keeps the dtype")
+
+
+def _check_reshape(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(
+        int(np.prod(x.shape)) == int(np.prod(y.shape)) and x.dtype == y.dtype,
+        f"cannot view {x.dtype} {list(x.shape)} as {y.dtype} {list(y.shape)}",
+    )
+
+
+def _check_slice(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    f = ins.fields
+    b, e, s = f["begin"], f["end"], f["step"]
+    _need(len(b) == len(e) == len(s) == len(x.shape), "one begin / end / step a dim")
+    _need(all(v >= 1 for v in s), "steps must be positive")
+    want = tuple(
+        len(range(*slice(bi, ei, si).indices(n)))
+        for bi, ei, si, n in zip(b, e, s, x.shape, strict=True)
+    )
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _need(x.dtype == y.dtype, "a slice keeps the dtype")
+
+
+def _check_concat(ins, code):
+    xs, (y,) = _ops(ins, code)
+    _need(len(xs) >= 1, "needs at least one input")
+    rank, d = len(y.shape), ins.fields["dim"]
+    _need(0 <= d < rank, f"dim {d} out of range")
+    for x in xs:
+        _need(
+            len(x.shape) == rank
+            and all(x.shape[i] == y.shape[i] for i in range(rank) if i != d)
+            and x.dtype == y.dtype,
+            f"input {x.dtype} {list(x.shape)} does not fit {list(y.shape)}",
+        )
+    _need(sum(x.shape[d] for x in xs) == y.shape[d], "inputs do not fill the result")
+
+
+def _check_move(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(x.shape == y.shape and x.dtype == y.dtype, "a copy keeps shape and dtype")
+
+
+def _check_cpu_call(ins, code):
+    _need(
+        0 <= ins.fields["island"] < len(code.islands),
+        f"island {ins.fields['island']} of {len(code.islands)}",
+    )
+
+
+def check(ins: Instruction, code: FunctionCode) -> str | None:
+    """The opcode's shape rule for ``ins`` (None: it holds), as a message."""
+    op = BY_NUMBER[ins.opcode]
+    if any(code.buffers[r].space == "const" for r in ins.results):
+        return f"{op.name}: writes a const buffer (constants are read-only)"
+    if op.check is None:
+        return None
+    try:
+        op.check(ins, code)
+    except _Bad as e:
+        return f"{op.name}: {e}"
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        return f"{op.name}: malformed instruction ({type(e).__name__}: {e})"
+    return None
+
+
+# ------------------------------------------------------------------ the table
+
+_CONV = (
+    ("stride", "i64[]"),
+    ("padding", "i64[]"),  # [top, left, bottom, right]
+    ("dilation", "i64[]"),
+    ("groups", "i64"),
+)
+_POOL = (
+    ("kind", "str"),
+    ("kernel", "i64[]"),
+    ("stride", "i64[]"),
+    ("padding", "i64[]"),  # [top, left, bottom, right]
+    ("dilation", "i64[]"),
+    ("ceil_mode", "bool"),
+    ("count_include_pad", "bool"),
+)
+
+OPCODES: tuple[Opcode, ...] = (
+    Opcode(1, "conv", None, 1, "tae", _CONV + POST, _check_conv),
+    Opcode(
+        2,
+        "conv_transpose",
+        None,
+        1,
+        "tae",
+        (
+            ("stride", "i64[]"),
+            ("padding", "i64[]"),  # [h, w], symmetric
+            ("output_padding", "i64[]"),
+            ("dilation", "i64[]"),
+            ("groups", "i64"),
+            *POST,
+        ),
+        _check_conv_transpose,
+    ),
+    Opcode(3, "gemm", None, 1, "tae", (("transpose_b", "bool"), *POST), _check_gemm),
+    Opcode(
+        4,
+        "eltwise",
+        2,
+        1,
+        "vae",
+        (("kind", "str"), ("in_multiplier", "i64[]"), ("in_shift", "i64[]"), *POST),
+        _check_eltwise,
+    ),
+    Opcode(5, "rescale", 1, 1, "vae", POST, _check_rescale),
+    Opcode(
+        6,
+        "reduce",
+        1,
+        1,
+        "vae",
+        (("kind", "str"), ("dims", "i64[]"), ("keepdim", "bool"), *POST),
+        _check_reduce,
+    ),
+    Opcode(7, "cast", 1, 1, "vae", (), _check_cast),
+    Opcode(8, "lut", 1, 1, "vae", (("table", "buffer"),), _check_lut),
+    Opcode(9, "lut_segmented", 1, 1, "vae", LUT_SEGMENTED, _check_lut_segmented),
+    Opcode(10, "pool", 1, 1, "aae", _POOL + POST, _check_pool),
+    Opcode(
+        11,
+        "resize",
+        1,
+        1,
+        "aae",
+        (
+            ("size", "i64[]"),
+            ("mode", "str"),
+            ("align_corners", "bool"),
+            ("scale", "f64[]"),  # (): by size
+            ("weight_bits", "i64"),  # -1: torch's interpolation, rounded
+        ),
+        _check_resize,
+    ),
+    Opcode(12, "transpose", 1, 1, "dte", (("perm", "i64[]"),), _check_transpose),
+    Opcode(13, "reshape", 1, 1, "view", (), _check_reshape),
+    Opcode(
+        14,
+        "slice",
+        1,
+        1,
+        "view",
+        (("begin", "i64[]"), ("end", "i64[]"), ("step", "i64[]")),
+        _check_slice,
+    ),
+    Opcode(15, "concat", None, 1, "view", (("dim", "i64"),), _check_concat),
+    Opcode(16, "dma_load", 1, 1, "dma", (), _check_move),
+    Opcode(17, "dma_store", 1, 1, "dma", (), _check_move),
+    Opcode(18, "cpu_call", None, None, "cpu", (("island", "i64"),), _check_cpu_call),
+)
+
+BY_NUMBER = {op.number: op for op in OPCODES}
+BY_NAME = {op.name: op for op in OPCODES}

@@ -1,0 +1,247 @@
+"""The simulated NPU: runs a verified ``model.hbm`` program instruction by instruction.
+
+Memory is bytes, as the program planned it: one ``uint8`` array for the DDR
+activation arena (``ddr_peak_bytes``) and one for the SRAM (``sram_peak_bytes``)
+per function; every DDR / SRAM Buffer is a numpy view of its bytes
+(``np.ndarray(shape, dtype, buffer=arena, offset=offset)``), made once. Byte
+arenas rather than one array per Buffer because the memory plan is part of what
+is tested: buffers the plan lets share bytes really share them here, so a value
+overwritten while still live (a wrong liveness or placement) changes the outputs
+instead of going unnoticed. ``const`` Buffers are the program's constants,
+read-only; an ``io`` Buffer is an allocation of its own.
+
+Each instruction runs through its opcode's handler (``HANDLERS``: opcode name ->
+handler): DMA copies bytes between DDR (or the constants) and SRAM, one value —
+one tile — at a time, as the program orders it; compute opcodes call the shared
+integer kernels (``runtime/npu_kernels.py``: the same code the interpreter runs
+for npu ops, built on ``runtime/numerics.py`` / ``runtime/integer_ops.py`` and
+``runtime/kernels.py``'s exact fast GEMMs); ``cpu_call`` runs its island (HBIR)
+with the interpreter (``run_function``). Each tile is its own instruction and
+runs as such: no handler merges tiles into a whole layer.
+
+The program must have been verified (``hbir.hbm.verify``: the loader and the
+assembler do it); preparing a function (:class:`FunctionSim`) resolves every
+field once — constants looked up, requantizers and lookup tables built
+(``npu_kernels.prepare``), weights loaded from constants packed for the exact
+fast GEMMs, islands parsed and their signatures matched to their buffers — and
+running it checks nothing again.
+A simulator is not thread-safe (its arenas are its state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hbir.errors import HbirError
+from hbir.runtime import npu_kernels
+from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
+from hbir.runtime.hbm_program import Buffer, DebugEntry, FunctionCode, Instruction
+
+OnInstruction = Callable[[int, Instruction, DebugEntry, tuple[np.ndarray, ...]], None]
+
+
+class NpuSimError(HbirError):
+    """A program the simulator cannot prepare (an island that does not match its
+    buffers), or an instruction that failed while running (named)."""
+
+
+@dataclass
+class _Step:
+    """One prepared instruction: ``run(step)`` reads ``ins`` and writes ``outs``."""
+
+    run: Callable[[_Step], None]
+    name: str
+    fields: dict
+    ins: list[np.ndarray]
+    outs: list[np.ndarray]
+    out: tuple[tuple[int, ...], np.dtype]  # the first result's (shape, dtype)
+    # a handler's prepared state: the island, or the constant a packed weight is
+    extra: object = None
+
+
+# ------------------------------------------------------------------ handlers
+
+
+def _compute(step: _Step) -> None:
+    """A compute opcode: the shared kernel, its result written to its buffer.
+
+    A weight prepared from a constant (packed once) is used only while the SRAM
+    buffer the program loaded it into still holds that constant, so a memory
+    plan that clobbered it still shows (the kernel then packs what is there)."""
+    fields = step.fields
+    if step.extra is not None and not np.array_equal(step.ins[1], step.extra):
+        fields = {k: v for k, v in fields.items() if k != "_packed"}
+    y = npu_kernels.COMPUTE[step.name](fields, step.out, *step.ins)
+    step.outs[0][...] = y
+
+
+def _copy(step: _Step) -> None:
+    """DMA (DDR / constants <-> SRAM) and reshape: the value's bytes, copied."""
+    src, dst = step.ins[0], step.outs[0]
+    if not np.may_share_memory(src, dst):
+        dst[...] = src.reshape(dst.shape)
+    elif src.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
+        raise NpuSimError(f"{step.name}: source and destination overlap")
+    # else: a reshape on the same bytes (npu-plan-memory's alias): nothing to move
+
+
+def _cpu_call(step: _Step) -> None:
+    from hbir.runtime.interpreter import run_function
+
+    func_op, rounding = step.extra
+    results = run_function(func_op, [np.array(x) for x in step.ins], rounding=rounding)
+    for dst, y in zip(step.outs, results, strict=True):
+        dst[...] = y
+
+
+HANDLERS: dict[str, Callable[[_Step], None]] = {
+    name: _compute for name in npu_kernels.COMPUTE
+} | {
+    "dma_load": _copy,
+    "dma_store": _copy,
+    "reshape": _copy,
+    "cpu_call": _cpu_call,
+}
+
+
+# ------------------------------------------------------------------ preparation
+
+
+def _island(code: FunctionCode, ins: Instruction, island, where: str):
+    """A ``cpu_call``'s island ``(func.func, rounding)``, its signature checked
+    against the instruction's buffers."""
+    from xdsl.dialects.builtin import TensorType
+
+    from hbir.dialects.hbir import numpy_dtype
+
+    f, rounding = island
+    ft = f.function_type
+    for what, types, ids in (
+        ("argument", ft.inputs.data, ins.operands),
+        ("result", ft.outputs.data, ins.results),
+    ):
+        if len(types) != len(ids):
+            raise NpuSimError(
+                f"{where}: the island has {len(types)} {what}s, the call {len(ids)}"
+            )
+        for i, (t, key) in enumerate(zip(types, ids, strict=True)):
+            b = code.buffers[key]
+            if not isinstance(t, TensorType):
+                raise NpuSimError(f"{where}: island {what} {i} is not a tensor")
+            got = (tuple(t.get_shape()), np.dtype(numpy_dtype(t.element_type)).name)
+            if got != (b.shape, b.dtype):
+                raise NpuSimError(
+                    f"{where}: island {what} {i} is {got[1]}{list(got[0])}, its "
+                    f"buffer %{key} {b.dtype}{list(b.shape)}"
+                )
+    return f, rounding
+
+
+# The simulated memories are allocated up front: a (verified, but hostile)
+# file declaring a larger arena is refused rather than exhausting the host.
+MAX_ARENA_BYTES = 1 << 33
+
+
+class FunctionSim:
+    """One function of a verified program, prepared to run on the simulated NPU."""
+
+    def __init__(self, code: FunctionCode, islands: Sequence[tuple[object, str]]):
+        """``islands``: each of ``code.islands`` as its parsed ``func.func`` and
+        the model's rounding mode (parsing HBIR text is the model API's)."""
+        self.code = code
+        self.islands = islands
+        for space, size in (
+            ("ddr", code.ddr_peak_bytes),
+            ("sram", code.sram_peak_bytes),
+        ):
+            if size > MAX_ARENA_BYTES:
+                raise NpuSimError(
+                    f"@{code.name}: a {size}-byte {space} arena is beyond the "
+                    f"simulator's {MAX_ARENA_BYTES} bytes"
+                )
+        if any(code.buffers[k].space == "const" for k in code.input_buffers):
+            raise NpuSimError(f"@{code.name}: an input is bound to a const buffer")
+        self.ddr = np.zeros(code.ddr_peak_bytes, np.uint8)
+        self.sram = np.zeros(code.sram_peak_bytes, np.uint8)
+        self.views = {key: self._view(b) for key, b in code.buffers.items()}
+        # SRAM buffers a dma_load fills from a constant: buffer id -> its value
+        self.loaded: dict[int, np.ndarray] = {}
+        self.steps = [self._prepare(i, ins) for i, ins in enumerate(code.instructions)]
+
+    def _view(self, b: Buffer) -> np.ndarray:
+        if b.space == "const":
+            v = self.code.constants[b.id].view()
+            v.flags.writeable = False
+            return v
+        if b.space == "io":  # a buffer of its own, outside the arenas
+            arena, offset = np.zeros(b.size, np.uint8), 0
+        else:
+            arena = self.ddr if b.space == "ddr" else self.sram
+            offset = b.offset
+        return np.ndarray(b.shape, np.dtype(b.dtype), buffer=arena, offset=offset)
+
+    def _prepare(self, index: int, ins: Instruction) -> _Step:
+        op = BY_NUMBER[ins.opcode]
+        fields = dict(ins.fields)
+        for name, kind in op.fields:
+            if kind == "buffer":  # a constant's values, as the kernels take them
+                key = fields[name]
+                fields[name] = (
+                    None if key == NONE else self.code.constants[key].astype(np.int64)
+                )
+        first = self.code.buffers[ins.results[0]] if ins.results else None
+        out = (
+            ((), np.dtype("int8"))
+            if first is None
+            else (first.shape, np.dtype(first.dtype))
+        )
+        step = _Step(
+            HANDLERS[op.name],
+            op.name,
+            fields,
+            [self.views[k] for k in ins.operands],
+            [self.views[k] for k in ins.results],
+            out,
+        )
+        where = f"@{self.code.name}: instruction {index} ({op.name})"
+        if op.name == "cpu_call":
+            island = self.islands[ins.fields["island"]]
+            step.extra = _island(self.code, ins, island, where)
+        elif op.name == "dma_load" and ins.operands[0] in self.code.constants:
+            self.loaded[ins.results[0]] = self.code.constants[ins.operands[0]]
+        elif op.name in npu_kernels.COMPUTE:
+            operands = [
+                (b.shape, np.dtype(b.dtype), self.loaded.get(b.id))
+                for b in (self.code.buffers[k] for k in ins.operands)
+            ]
+            step.fields = npu_kernels.prepare(op.name, fields, out, operands)
+            if "_packed" in step.fields:
+                step.extra = operands[1][2]  # the constant the weight must be
+        return step
+
+    def run(
+        self, inputs: Sequence[np.ndarray], on_instruction: OnInstruction | None = None
+    ) -> list[np.ndarray]:
+        """The outputs for ``inputs`` (arrays of the inputs' shapes and dtypes, in
+        order); ``on_instruction(index, instruction, debug, results)`` after each
+        instruction, with copies of its results."""
+        code = self.code
+        for key, x in zip(code.input_buffers, inputs, strict=True):
+            self.views[key][...] = x
+        for i, step in enumerate(self.steps):
+            try:
+                step.run(step)
+            except NpuSimError:
+                raise
+            except (HbirError, ValueError, ArithmeticError) as e:
+                raise NpuSimError(
+                    f"@{code.name}: instruction {i} ({step.name}, "
+                    f"{code.debug[i].loc or 'no location'}) failed: {e}"
+                ) from e
+            if on_instruction is not None:
+                results = tuple(v.copy() for v in step.outs)
+                on_instruction(i, code.instructions[i], code.debug[i], results)
+        return [self.views[key].copy() for key in code.output_buffers]

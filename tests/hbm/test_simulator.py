@@ -1,0 +1,196 @@
+"""model.hbm on the simulated NPU: bit-identical to quantized.bc.
+
+Every model of tests/compile_models.py (the zoo, digits, a CPU island, NV12, a
+level-2 model and a half-up one) is compiled once to a ``.hbm`` file; 20 input
+batches run through quantized.bc (the interpreter), the returned ``Hbm`` and the
+file loaded back, and the outputs must be equal bit for bit. The debug table is
+checked against quantized.bc's own intermediate values, and the Hbm API's
+descriptors and input errors are tested.
+"""
+
+import compile_models
+import numpy as np
+import pytest
+
+import hbir
+from hbir.compile import compile_passes, run_passes
+from hbir.dialects import npu
+from hbir.dialects.op_ids import op_ids
+from hbir.hbm import verify
+from hbir.hbm.emit import emit
+from hbir.passes.npu_tile import NpuTilePass
+from hbir.runtime.hbm_opcodes import BY_NUMBER
+from hbir.runtime.hbm_program import Buffer, FunctionCode
+
+
+def _compiled(name, tmp_path_factory):
+    """(quantized.bc, 20 batches, the Hbm compile returned, its file)."""
+    return compile_models.compiled(name, tmp_path_factory)
+
+
+def _reference(f, inputs, on_op=None):
+    """quantized.bc's outputs, op by op: the interpreter's definition (its
+    prepared plan, ``runtime/plan.py``, is tested equal to it elsewhere)."""
+    names = f.inputs.names
+    return f.feed(
+        dict(zip(names, inputs, strict=True)), on_op=on_op or (lambda op, r: None)
+    )
+
+
+def _feed(f, inputs):
+    return f.feed(dict(zip([d.name for d in f.inputs], inputs, strict=True)))
+
+
+@pytest.mark.parametrize("name", compile_models.NAMES)
+def test_model_hbm_is_bit_identical_to_quantized_bc(name, tmp_path_factory):
+    quantized, batches, hbm, path = _compiled(name, tmp_path_factory)
+    loaded = hbir.load(path)
+    assert isinstance(loaded, hbir.Hbm) and loaded.march == "nash-e"
+    reference = quantized["forward"]
+    for inputs in batches:
+        want = _reference(reference, inputs)
+        for model in (hbm, loaded):
+            got = _feed(model["forward"], inputs)
+            assert list(got) == list(want)
+            for key, w in want.items():
+                assert got[key].dtype == w.dtype and got[key].shape == w.shape
+                assert np.array_equal(got[key], w), f"{name}: output {key} differs"
+
+
+@pytest.mark.parametrize("name", compile_models.NAMES)
+def test_the_debug_table_names_quantized_bc_values(name, tmp_path_factory):
+    # Each instruction whose debug entry says it computes quantized.bc's op %N
+    # (value_of, in the layout perm undoes) holds exactly that op's value.
+    quantized, batches, hbm, _ = _compiled(name, tmp_path_factory)
+    reference = quantized["forward"]
+    ids = {op: i for i, op in op_ids(reference.op).items()}
+    values = {}
+
+    def record(op, results):
+        if op in ids and results:
+            values[ids[op]] = results[0]
+
+    _reference(reference, batches[0], on_op=record)
+    checked = []
+
+    def compare(index, instruction, entry, results):
+        if entry.value_of is None:
+            return
+        got = results[0] if entry.perm is None else np.transpose(results[0], entry.perm)
+        want = values[entry.value_of]
+        assert got.shape == want.shape and np.array_equal(got, want), (
+            f"{name}: instruction {index} "
+            f"({BY_NUMBER[instruction.opcode].name}) is not %{entry.value_of}"
+        )
+        checked.append(entry.value_of)
+
+    f = hbm["forward"]
+    inputs = dict(zip([d.name for d in f.inputs], batches[0], strict=True))
+    f.feed(inputs, on_instruction=compare)
+    code = hbm["forward"].code
+    computes = [
+        e
+        for i, e in zip(code.instructions, code.debug, strict=True)
+        if BY_NUMBER[i.opcode].unit in ("tae", "vae", "aae", "cpu")
+    ]
+    assert all(e.op_ids for e in computes), "a compute instruction lacks its op IDs"
+    assert all(e.op for e in computes) and any(e.loc for e in computes)
+    assert len(set(checked)) >= len(computes) // 2  # most ops name a whole value
+
+
+def test_the_hbm_describes_its_inputs_and_outputs(tmp_path_factory):
+    _, _, hbm, _ = _compiled("nv12", tmp_path_factory)
+    f = hbm["forward"]
+    assert hbm[0] is f and hbm.functions == [f]
+    assert [(d.name, d.shape, d.dtype, d.layout) for d in f.inputs] == [
+        ("_input_0_y", (2, 8, 8, 1), "uint8", "NV12_Y"),
+        ("_input_0_uv", (2, 4, 4, 2), "uint8", "NV12_UV"),
+    ]
+    assert [(d.name, d.shape, d.dtype) for d in f.outputs] == [
+        ("_output_0", (2, 5), "float32")
+    ]
+    with pytest.raises(KeyError, match="no function @backward"):
+        hbm["backward"]
+
+
+def test_feed_refuses_bad_inputs_by_name(tmp_path_factory):
+    _, batches, hbm, _ = _compiled("resnet", tmp_path_factory)
+    f = hbm["forward"]
+    (x,) = batches[0]
+    with pytest.raises(hbir.FeedError, match=r"missing inputs \['_input_0'\]"):
+        f.feed({"x": x})
+    with pytest.raises(hbir.FeedError, match="has shape .*, expected"):
+        f.feed({"_input_0": x[:1]})
+    with pytest.raises(hbir.FeedError, match="has dtype float64, expected float32"):
+        f.feed({"_input_0": x.astype(np.float64)})
+    with pytest.raises(hbir.FeedError, match="feed takes a dict"):
+        f.feed([x])
+    with pytest.raises(hbir.FeedError, match="takes 1 inputs"):
+        f(x, x)
+
+
+def test_outputs_are_the_callers_own_arrays(tmp_path_factory):
+    _, batches, hbm, _ = _compiled("resnet", tmp_path_factory)
+    f = hbm["forward"]
+    first = f(*batches[0])
+    kept = first.copy()
+    f(*batches[1])  # the arenas are reused: the first result must not change
+    assert np.array_equal(first, kept)
+    first[...] = 0
+    assert np.array_equal(f(*batches[0]), kept)
+
+
+def test_the_simulator_executes_the_memory_plan(tmp_path_factory):
+    # Buffers live in byte arenas at their planned offsets: with every DDR buffer
+    # moved to offset 0, live values overwrite each other (the residual adds read
+    # clobbered inputs) and the numbers change; per-value arrays would hide it.
+    from hbir.hbm import HbmFunction
+
+    _, batches, hbm, _ = _compiled("resnet", tmp_path_factory)
+    code = hbm["forward"].code
+    collapsed = {
+        k: Buffer(b.id, b.space, 0, b.size, b.shape, b.dtype) if b.space == "ddr" else b
+        for k, b in code.buffers.items()
+    }
+    broken = HbmFunction(FunctionCode(**{**code.__dict__, "buffers": collapsed}))
+    for inputs in batches[:3]:
+        good = hbm["forward"](*inputs)
+        assert not np.array_equal(broken(*inputs), good)
+
+
+@pytest.mark.parametrize("name", ["resnet", "multi_io"])
+def test_a_program_tiled_for_a_tiny_sram_runs_tile_by_tile(name, tmp_path_factory):
+    # With a quarter of the largest working set as SRAM (grown until tiling
+    # works), ops split into row tiles (with halo) or output-channel tiles; the
+    # emitted program verifies and its tiles, run one by one, give quantized.bc.
+    quantized, batches, hbm, _ = _compiled(name, tmp_path_factory)
+    passes = compile_passes("nash-e")
+    at = [p.name for p in passes].index("npu-tile")
+    fused = quantized.clone()
+    run_passes(fused, passes[:at])
+    largest = max(
+        npu.working_set(op, 16) for op in fused.module.op.walk() if npu.is_compute(op)
+    )
+    limit = largest // 4
+    while True:
+        module = quantized.clone()
+        tiny = [*passes[:at], NpuTilePass(sram_bytes=limit), *passes[at + 1 :]]
+        try:
+            run_passes(module, tiny)
+            break
+        except hbir.HbirError:
+            limit = limit * 5 // 4
+    program = emit(module, quantized)
+
+    def fail(place, what):
+        raise AssertionError(f"{place}: {what}")
+
+    verify.verify_program(program, fail)
+    code = program.functions[0]
+    assert code.sram_peak_bytes <= limit < largest
+    assert len(code.instructions) > len(hbm["forward"].code.instructions)
+    tiled = hbir.Hbm(program)
+    for inputs in batches[:5]:
+        want = _reference(quantized["forward"], inputs)
+        got = _feed(tiled["forward"], inputs)
+        assert all(np.array_equal(got[k], w) for k, w in want.items())

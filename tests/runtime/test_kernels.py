@@ -1,0 +1,284 @@
+"""runtime/kernels.py: every fast kernel equals the numerics reference bit for bit.
+
+References: ``integer_ops`` with its numpy int64 engines, ``numerics.requantize``,
+``numerics.gemm_output`` and ``numerics.fake_quant``, on random and edge-case data
+(extreme codes, one-signed data that breaks float32 sums, ties, extreme
+multipliers and shifts, groups, dilation, stride, asymmetric padding).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from hbir.runtime import integer_ops, kernels, numerics
+
+torch.set_num_threads(1)
+
+RNG = np.random.default_rng(0)
+
+
+def codes(shape, dtype, kind="random"):
+    info = np.iinfo(dtype)
+    if kind == "max":  # every code at the extreme: the largest sums
+        return np.full(shape, info.min if info.min < 0 else info.max, dtype)
+    if kind == "positive":  # one-signed: float32 sums go wrong past 2**24
+        return RNG.integers(info.max * 3 // 4, info.max, shape, endpoint=True).astype(
+            dtype
+        )
+    return RNG.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+CONVS = [
+    # x shape, w shape, stride, padding (t, l, b, r), dilation, groups, x dtype, w dtype
+    ((1, 3, 20, 20), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1, np.int8, np.int8),
+    ((2, 8, 9, 11), (24, 8, 3, 3), (1, 2), (1, 0, 2, 1), (2, 1), 1, np.int8, np.int8),
+    ((1, 12, 8, 8), (12, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 12, np.int8, np.int8),
+    ((1, 12, 8, 8), (6, 4, 3, 3), (2, 1), (0, 1, 0, 1), (1, 2), 3, np.int8, np.int8),
+    ((1, 5, 6, 6), (3, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, np.int8, np.int8),
+    ((1, 4, 7, 7), (9, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.int16, np.int8),
+    ((1, 4, 7, 7), (9, 4, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, np.int16, np.int16),
+    ((1, 3, 6, 6), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.uint8, np.int8),
+    ((1, 260, 4, 4), (8, 260, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.int8, np.int8),
+]
+
+
+@pytest.mark.parametrize("kind", ["random", "max", "positive"])
+@pytest.mark.parametrize("case", CONVS)
+def test_conv2d_equals_the_int64_reference(case, kind):
+    xs, ws, stride, pads, dilation, groups, xd, wd = case
+    x, w = codes(xs, xd, kind), codes(ws, wd, kind)
+    bias = RNG.integers(-(2**31), 2**31 - 1, ws[0], endpoint=True)
+    ref = integer_ops.conv2d(x, w, bias, stride, pads, dilation, groups)
+    got = kernels.conv2d(x, w, bias, stride, pads, dilation, groups)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_conv2d_methods_follow_the_bounds():
+    """int8 -> _int_mm; grouped int8 -> float32; int16 x int16 at K=36 -> float64;
+    a sum that could pass 2**53 -> the int64 reference engine."""
+    w8 = codes((4, 4, 3, 3), np.int8, "max")
+    assert kernels.pack_conv2d(w8, np.int8, 1).method == "int_mm"
+    assert kernels.pack_conv2d(w8, np.int8, 2).method == "float32"
+    w16 = codes((4, 4, 3, 3), np.int16, "max")
+    assert kernels.pack_conv2d(w16, np.int16, 1).method == "float64"
+    w32 = np.full((1, 4, 3, 3), -(2**31), np.int32)
+    assert kernels.pack_conv2d(w32, np.int32, 1).method == "int64"
+
+
+def test_one_signed_sums_past_float32_are_exact():
+    """K = 1536 of codes near 127: float32 accumulation is off by 1-2 here
+    (perf-anchors §4); the kernels pick an exact engine."""
+    x = codes((1, 1536, 2, 2), np.int8, "positive")
+    w = codes((16, 1536, 1, 1), np.int8, "positive")
+    ref = integer_ops.conv2d(x, w, None, (1, 1), (0, 0), (1, 1), 1)
+    got = kernels.conv2d(x, w, None, (1, 1), (0, 0), (1, 1), 1)
+    assert ref.max() > 2**24
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("kind", ["random", "max", "positive"])
+@pytest.mark.parametrize(
+    "xs, o, xd, wd",
+    [
+        ((3, 5, 40), 24, np.int8, np.int8),
+        ((1, 1, 7), 3, np.int8, np.int8),
+        ((4, 2048), 17, np.int8, np.int8),
+        ((2, 33), 10, np.int16, np.int8),
+        ((2, 33), 10, np.int16, np.int16),
+    ],
+)
+def test_linear_equals_the_int64_reference(xs, o, xd, wd, kind):
+    x, w = codes(xs, xd, kind), codes((o, xs[-1]), wd, kind)
+    bias = RNG.integers(-(2**31), 2**31 - 1, o, endpoint=True)
+    ref = integer_ops.linear(x, w, bias)
+    np.testing.assert_array_equal(kernels.linear(x, w, bias), ref)
+    np.testing.assert_array_equal(
+        kernels.linear(x, w, bias, bits=16), ref.clip(-(2**15), 2**15 - 1)
+    )
+
+
+@pytest.mark.parametrize("kind", ["random", "max", "positive"])
+@pytest.mark.parametrize(
+    "a_shape, b_shape, dtype",
+    [
+        ((2, 3, 5, 64), (2, 3, 64, 6), np.int8),
+        ((20, 2048), (2048, 24), np.int8),
+        ((2, 4, 1500), (2, 1500, 3), np.int8),
+        ((3, 9, 40), (40, 8), np.int16),
+    ],
+)
+def test_matmul_equals_the_int64_reference(a_shape, b_shape, dtype, kind):
+    a, b = codes(a_shape, dtype, kind), codes(b_shape, dtype, kind)
+    np.testing.assert_array_equal(kernels.matmul(a, b), integer_ops.matmul(a, b))
+
+
+def test_int8_matmul_refuses_what_it_cannot_do_exactly():
+    with pytest.raises(ValueError, match="int8"):
+        kernels.int8_matmul(np.zeros((2, 2), np.int16), np.zeros((2, 2), np.int8))
+    with pytest.raises(ValueError, match="overflow"):
+        kernels.int8_matmul(
+            np.zeros((1, 2**17), np.int8), np.zeros((2**17, 1), np.int8)
+        )
+
+
+# ------------------------------------------------------------------ requantize
+
+MODES = numerics.ROUNDING_MODES
+
+
+def ties(shape, shift):
+    """Accumulators whose quotient by 2**shift is exactly k + 1/2, both signs."""
+    k = RNG.integers(-1000, 1000, shape)
+    return (2 * k + 1) << (shift - 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32])
+@pytest.mark.parametrize(
+    "multiplier, shift",
+    [
+        ([1 << 30], [31]),  # 0.5: every odd accumulator is a tie
+        ([2**31 - 1], [62]),  # the largest multiplier, the largest shift
+        ([1], [-31]),  # the largest left shift: saturates
+        ([3], [-4]),
+        ([1073741824], [30]),  # exactly 1: no rounding at all
+        ([5], [0]),
+        ([0, 1 << 30, 2**31 - 1, 7], [0, 1, 35, 0]),  # per channel, s = 0 mixed in
+        ([1234567, 2**30 + 1, 99, 2**31 - 1], [3, 40, -2, 31]),  # mixed directions
+    ],
+)
+def test_requantize_equals_numerics(multiplier, shift, dtype, mode):
+    acc = np.concatenate(
+        [codes((2, 4, 3, 5), dtype, "random"), codes((1, 4, 3, 5), dtype, "max")]
+    )
+    if max(shift) > 0 and np.dtype(dtype).itemsize == 4:
+        acc[0, :, :, :2] = ties((4, 3, 2), min(s for s in shift if s > 0) or 1)
+    axis = 1 if len(multiplier) > 1 else None
+    for lo, hi, zero in [(-128, 127, 0), (-(2**31), 2**31 - 1, 0), (0, 127, -3)]:
+        ref = numerics.requantize(acc, multiplier, shift, zero, lo, hi, axis, mode)
+        got = kernels.requantize(
+            acc, multiplier, shift, zero, lo, hi, axis, mode, np.int64
+        )
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_requantize_of_int64_input_takes_the_reference(mode):
+    acc = np.array([2**40 + 3, -(2**45) - 1, 7], np.int64)
+    ref = numerics.requantize(acc, [2**30], [20], 0, -(2**31), 2**31 - 1, None, mode)
+    got = kernels.requantize(acc, [2**30], [20], 0, -(2**31), 2**31 - 1, None, mode)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "fine, with_bias", [(0, False), (0, True), (5, True), (16, True)]
+)
+def test_fused_gemm_output_equals_gemm_output(fine, with_bias, mode):
+    channels = 6
+    acc_bound = (2**31 - 1 - 2**20) >> fine
+    acc = RNG.integers(-acc_bound, acc_bound, (2, channels, 4, 4), endpoint=True)
+    acc[0, :, 0, 0] = acc_bound
+    real = RNG.uniform(1e-6, 2.0, channels) * 2.0**-fine
+    real[0] = 2.0 ** -(fine + 1)  # a factor of exactly 1/2: ties
+    m, s = numerics.requantize_multipliers(real)
+    bias = RNG.integers(-(2**20), 2**20, channels) if with_bias else None
+    req = numerics.GemmRequant(m, s, bias, fine)
+    ref = numerics.gemm_output(acc, req, -128, 127, 1, mode)
+    fused = kernels.fused_gemm_output(
+        req, acc_bound, -128, 127, ndim=4, axis=1, mode=mode
+    )
+    assert fused is not None
+    np.testing.assert_array_equal(fused(acc, np.int64), ref)
+
+
+def test_fused_gemm_output_declines_when_a_step_may_saturate():
+    req = numerics.GemmRequant(np.array([2**30]), np.array([31]), np.array([5]), 4)
+    assert (
+        kernels.fused_gemm_output(
+            req, 2**28, -128, 127, ndim=2, axis=1, mode="half_even"
+        )
+        is None
+    )
+
+
+# ------------------------------------------------------------------ fake quant
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bits, zero", [(8, 0), (8, -7), (16, 0)])
+def test_fake_quantizer_equals_numerics(bits, zero, mode):
+    qmin, qmax = numerics.qrange(bits)
+    scale = np.array([0.013, 0.25, 3e-5], np.float32)
+    x = RNG.normal(0, 2, (2, 3, 5, 5)).astype(np.float32)
+    x[0, 1, 0, :3] = [np.inf, -np.inf, 1e30]
+    x[0, 0, 1] = (np.arange(5) + 0.5) * scale[0]  # ties
+    x[1, 0, 0] = -0.1 * scale[0]  # rounds to -0.0; the reference gives 0.0
+    zp = np.full(3, zero)
+    for axis, s, z in [(1, scale, zp), (None, scale[:1], zp[:1])]:
+        with np.errstate(invalid="ignore"):  # the reference's half-up on inf
+            ref = numerics.fake_quant(x, s, z, qmin, qmax, axis, mode)
+        got = kernels.FakeQuantizer(s, z, qmin, qmax, axis, x.ndim, mode)(x)
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def test_fake_quantizer_maps_nan_like_the_reference():
+    x = np.array([np.nan, 1.0, -2.0], np.float32)
+    ref = numerics.fake_quant(x, np.float32(0.1), 0, -128, 127)
+    got = kernels.FakeQuantizer(np.float32(0.1), 0, -128, 127, None, 1, "half_even")(x)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize(
+    "kernel, stride, padding, dilation, ceil_mode",
+    [
+        ((3, 3), (2, 2), (1, 1), (1, 1), False),
+        ((2, 2), (2, 2), (0, 0), (1, 1), True),
+        ((3, 2), (1, 2), (1, 0), (2, 1), True),
+        ((1, 1), (1, 1), (0, 0), (1, 1), False),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.float32])
+def test_max_pool2d_equals_integer_ops(
+    kernel, stride, padding, dilation, ceil_mode, dtype
+):
+    if dtype == np.float32:
+        x = RNG.normal(size=(2, 3, 9, 7)).astype(dtype)
+    else:
+        x = codes((2, 3, 9, 7), dtype)
+        x[0, 0] = np.iinfo(dtype).min  # padding must never win
+    window = (kernel, stride, padding, dilation, ceil_mode)
+    ref = integer_ops.max_pool2d(x, *window)
+    got = kernels.max_pool2d(x, *window)
+    assert got.dtype == ref.dtype
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize(
+    "multiplier, shift, path",
+    [
+        ([1 << 30], [31], "float"),  # exact in float64: fewer passes
+        ([7, 9], [3, 0], "float"),
+        ([1 << 30], [45], "right"),  # 2**45 codes apart: int64
+        ([2**31 - 1], [62], "right"),
+        ([1 << 30], [30], "integer"),
+        ([1], [-6], "left"),
+        ([5, 5], [2, -2], "reference"),  # mixed directions: the reference itself
+    ],
+)
+def test_requantizer_takes_the_fast_path_where_it_is_exact(multiplier, shift, path):
+    """An int32 accumulator takes the int64 fast paths; only what they cannot do
+    exactly falls back (so the equality tests above test the fast paths)."""
+    r = kernels.Requantizer(
+        multiplier,
+        shift,
+        0,
+        -128,
+        127,
+        ndim=2,
+        axis=1,
+        mode="half_even",
+        acc_bound=2**31,
+    )
+    assert r.path == path
