@@ -98,10 +98,11 @@ def check_convertible(module: ModuleOp, march: str) -> None:
             f"converting it again would only relabel it. Convert the qat.bc it was "
             f"made from instead: hbir.convert(hbir.load('qat.bc'), '{march}')"
         )
-    if "qnt.const_fake_quant" not in names:
+    if not names & {"qnt.const_fake_quant", "qnt.quantize", "qnt.dequantize"}:
         warnings.warn(
-            "convert: the model has no qnt.const_fake_quant (a float model): every "
-            "op stays float, on the CPU. To quantize it, export the QAT model: "
+            "convert: the model has no qnt.const_fake_quant, quantize or "
+            "dequantize (a float model): every op stays float, on the CPU. To "
+            "quantize it, export the QAT model: "
             "prepare, calibrate, set_fake_quantize(qat, FakeQuantState.VALIDATION), "
             "then hbir.quantization.export(qat, example_inputs)",
             UserWarning,
