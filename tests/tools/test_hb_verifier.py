@@ -406,35 +406,19 @@ def test_dump_all_nodes_of_an_hbm_pair_pairs_files_by_op(
     )
 
 
-def test_nv12_model_takes_its_two_planes(tmp_path, capsys):
-    """A conv model behind the canonical NV12 insertion: inputs _input_0_y and
-    _input_0_uv, given as -i y.npy,uv.npy."""
-    import torch
-    from torch import nn
-    from zoo_stages import validated
-
-    from hbir.runtime import yuv
-
-    torch.manual_seed(3)
-    net = nn.Sequential(
-        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 64, 5)
-    )
-    inputs = [torch.rand(2, 3, 8, 8) * 4 - 2 for _ in range(4)]
-    model = export(validated(net, inputs, tmp_path), (inputs[0],))
-    node = model.functions[0].inputs[0].insert_transpose(permutes=[0, 3, 1, 2])
-    node = node.insert_image_preprocess("yuvbt601full2rgb", 1, [128.0] * 3, [128.0] * 3)
-    node.insert_image_convert("nv12")
-    quantized = hbir.convert(model, "nash-e")
+def test_nv12_model_takes_its_two_planes(tmp_path, tmp_path_factory, capsys):
+    """A conv model behind the canonical NV12 insertion (tests/compile_models.py):
+    inputs _input_0_y and _input_0_uv, given as -i y.npy,uv.npy."""
+    quantized, batches, _, hbm_path = compile_models.compiled("nv12", tmp_path_factory)
+    assert quantized["forward"].inputs.names == ["_input_0_y", "_input_0_uv"]
     hbir.save(quantized, tmp_path / "nv12_quantized.bc")
-    hbir.compile(quantized, tmp_path / "nv12.hbm", march="nash-e")
-    rgb = np.random.default_rng(3).integers(0, 256, (2, 8, 8, 3)).astype(np.uint8)
-    y, uv = yuv.rgb_to_nv12(rgb)
+    y, uv = batches[0]
     np.save(tmp_path / "y.npy", y)
     np.save(tmp_path / "uv.npy", uv)
     status, out, err = run(
         capsys,
         "-m",
-        f"{tmp_path}/nv12_quantized.bc,{tmp_path}/nv12.hbm",
+        f"{tmp_path}/nv12_quantized.bc,{hbm_path}",
         "-i",
         f"{tmp_path}/y.npy,{tmp_path}/uv.npy",
     )
