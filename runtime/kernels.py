@@ -18,10 +18,13 @@ Requantization
     ``Requantizer`` computes ``numerics.requantize`` in a few int64 passes: the
     half-to-even rounding of ``p / 2**s`` is ``(p + 2**(s-1) - 1 + bit_s(p)) >> s``.
     Where the bounds allow (``Requantizer._float_form``) the same rounding runs in
-    float64, exactly, in fewer passes. An optional per-channel ``offset`` folds a
-    preceding bias add (and a left shift folded into the multiplier) into the same
-    pass, valid when the caller has proved that none of the folded steps saturates
-    (``fused_gemm_output``).
+    float64, exactly, in fewer passes. Where float64 cannot hold the product but
+    no accumulator that matters lands near a rounding tie (``_nearest_form``
+    proves it per channel by modular arithmetic), float64's own rounding to
+    nearest gives the same integers in four passes. An optional per-channel
+    ``offset`` folds a preceding bias add (and a left shift folded into the
+    multiplier) into the same pass, valid when the caller has proved that none of
+    the folded steps saturates (``fused_gemm_output``).
 
 Weights are packed once (``pack_conv2d``, ``pack_linear``) and the packed form is
 reused on every call.
@@ -29,6 +32,7 @@ reused on every call.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -289,10 +293,17 @@ class Requantizer:
             half = np.left_shift(np.int64(1), self.s - 1)
             self.bias = half - 1 if mode == numerics.HALF_EVEN else half
             exact = self._float_form(m, s, off)
+            nearest = (
+                None if exact else _nearest_form(m, s, off, zero, lo, hi, acc_bound)
+            )
             if exact is not None:
                 self.path = "float"
                 along_f = (ndim, axis if exact[0].size > 1 else None)
                 self.a0, self.m_f, self.c_f = (_along_float(a, *along_f) for a in exact)
+            elif nearest is not None:
+                self.path = "nearest"
+                along_f = (ndim, axis if nearest[0].size > 1 else None)
+                self.m_f, self.c_f = (_along_float(a, *along_f) for a in nearest)
         if self.path == "left":
             left = -self.s
             self.s = left
@@ -367,6 +378,13 @@ class Requantizer:
                 acc, m, s, self.zero, self.lo, self.hi, axis, self.mode
             )
             return y.astype(out_dtype)
+        if self.path == "nearest":
+            v = np.multiply(acc, self.m_f, dtype=np.float64)
+            v += self.c_f
+            np.rint(v, out=v)
+            y = np.empty_like(v, out_dtype)  # in v's memory order
+            np.clip(v, self.lo, self.hi, out=y, casting="unsafe")
+            return y
         if self.path == "float":
             v = np.subtract(acc, self.a0, dtype=np.float64)
             v *= self.m_f
@@ -399,6 +417,82 @@ class Requantizer:
         y = np.empty(p.shape, out_dtype)
         np.clip(p, self.lo, self.hi, out=y, casting="unsafe")
         return y
+
+
+# Most requantizations of a 32-bit accumulator into 8 bits have 31-bit multipliers
+# and shifts near 48: ``acc * m`` needs ~56 bits, beyond float64's 53, so the
+# exact float form above does not apply and int64 needs eight passes. But an
+# error far below one output step only matters for accumulators whose exact
+# quotient lies within that error of a rounding tie, and those are few and
+# computable: ``acc * m + off`` must hit a narrow band of residues modulo
+# ``2**s``, a linear congruence with at most one solution class per residue.
+NEAREST_CANDIDATES = 4096  # residues checked per channel before giving up
+
+
+def _nearest_form(m, s, off, zero, lo, hi, acc_bound):
+    """Per channel ``(m / 2**s, off / 2**s + zero)`` as float64 when
+    ``clamp(rint(acc * mf + cf), lo, hi)`` equals
+    ``clamp(round((acc m + off) / 2**s) + zero, lo, hi)`` for every integer
+    ``|acc| <= acc_bound``, in any rounding mode; else None.
+
+    With ``X = (acc m + off) / 2**s + zero``, float64 computes
+    ``v = fl(fl(acc mf) + cf)`` with ``|v - X| <= E``. Outside the window
+    ``X in [lo - 1.5, hi + 1.5]`` an error ``E < 1/2`` keeps ``rint(v)``
+    beyond the same bound, so both saturate alike. Inside, ``rint(v) == round(X)``
+    unless ``X`` lies within ``E`` of a half-integer (ties included), that is
+    unless ``acc m + off`` is within ``E 2**s`` of ``2**(s-1)`` modulo ``2**s``;
+    each such residue ``r`` is hit only by the accumulators
+    ``acc = (r - off) / 2**t * inv(m / 2**t)  (mod 2**(s-t))`` (``2**t`` the
+    power of two in ``m``), and none of them may lie in the window.
+    """
+    if acc_bound >= 2**52:
+        return None  # acc itself would not convert to float64 exactly
+    reach = max(abs(lo), abs(hi)) + 2
+    n = max(m.size, s.size, 1 if off is None else off.size)
+    off = np.zeros(n, np.int64) if off is None else off
+    m_f, c_f = [], []
+    for mc, sc, oc in zip(
+        *(np.broadcast_to(v, (n,)) for v in (m, s, off)), strict=True
+    ):
+        mc, sc, oc = int(mc), int(sc), int(oc)
+        if mc <= 0 or sc < 1 or (mc >> (mc & -mc).bit_length() - 1) >= 2**53:
+            return None  # m / 2**s must be exact in float64
+        c = (oc + (zero << sc)) / 2**sc  # correctly rounded (Python int division)
+        # |v - X| <= 2**-52 (|acc mf| + |cf|) + ulps: over every |acc| <= acc_bound,
+        # and in the window, where |acc mf| <= reach + |cf|
+        top = (acc_bound * mc >> sc) + 1
+        if (top + abs(c) + 2) * 2.0**-51 >= 0.5:
+            return None
+        band = math.ceil((reach + 2 * abs(c) + 4) * 2.0 ** (sc - 51))
+        if 2 * band + 1 > NEAREST_CANDIDATES or 2 * band + 1 >= 1 << sc:
+            return None
+        if _hits_tie_band(mc, sc, oc + (zero << sc), band, lo, hi, acc_bound):
+            return None
+        m_f.append(mc * 2.0**-sc)
+        c_f.append(c)
+    return np.array(m_f), np.array(c_f)
+
+
+def _hits_tie_band(m: int, s: int, off: int, band: int, lo, hi, acc_bound) -> bool:
+    """Whether some ``acc`` with ``(acc m + off) / 2**s in [lo - 1.5, hi + 1.5]``
+    and ``|acc| <= acc_bound`` has ``acc m + off`` within ``band`` of
+    ``2**(s-1)`` modulo ``2**s``."""
+    # the window, as accumulators (m > 0): ceil / floor of exact quotients
+    a_lo = max(-acc_bound, -((off - (2 * lo - 3) * 2 ** (s - 1)) // m))
+    a_hi = min(acc_bound, ((2 * hi + 3) * 2 ** (s - 1) - off) // m)
+    if a_lo > a_hi:
+        return False
+    t = min((m & -m).bit_length() - 1, s)
+    k = s - t
+    inverse = pow(m >> t, -1, 1 << 64)  # m >> t is odd
+    half = 1 << (s - 1)
+    r = np.arange(half - band, half + band + 1, dtype=np.int64)
+    d = (r - (off % (1 << s))) & ((1 << s) - 1)  # acc m = d (mod 2**s)
+    d = d[(d & ((1 << t) - 1)) == 0] >> t  # solvable: 2**t divides d
+    residue = (d.astype(np.uint64) * np.uint64(inverse)) & np.uint64((1 << k) - 1)
+    # the first accumulator of each class at or above a_lo
+    first = (residue.astype(np.int64) - a_lo) & ((1 << k) - 1)
+    return bool(np.any(first <= a_hi - a_lo))
 
 
 def max_pool2d(x, kernel, stride, padding, dilation, ceil_mode) -> np.ndarray:

@@ -255,13 +255,75 @@ def test_max_pool2d_equals_integer_ops(
     np.testing.assert_array_equal(got, ref)
 
 
+def _window(m: int, s: int, off: int, zero: int, lo: int, hi: int) -> np.ndarray:
+    """Every accumulator whose requantized value is within 3 steps of [lo, hi]."""
+    a_lo = -((off + (zero << s) - (lo - 3) * 2**s) // m)
+    a_hi = ((hi + 3) * 2**s - off - (zero << s)) // m
+    return np.arange(a_lo, a_hi + 1, dtype=np.int64)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seed", range(6))
+def test_nearest_form_equals_numerics_on_every_accumulator_that_matters(seed, mode):
+    """The certified float64 path (products of more than 53 bits) against the int64 reference on every
+    accumulator near the output range, its extremes, and random ones."""
+    rng = np.random.default_rng(seed)
+    taken = 0
+    for _ in range(8):
+        # a fused multiplier (31 bits times a power of two) and shift, as in
+        # ResNet's convs: the exact float form needs s < 45
+        m = int(rng.integers(2**38, 2**39))
+        s = int(rng.integers(46, 49))
+        off = int(rng.integers(-(2**46), 2**46))
+        zero = int(rng.choice([0, -3, 5]))
+        bound = 2**22  # so that |acc m + off| < 2**62: no int64 fallback
+        r = kernels.Requantizer(
+            [m], [s], zero, -128, 127, ndim=1, axis=None, mode=mode,
+            acc_bound=bound, offset=[off],
+        )  # fmt: skip
+        taken += r.path == "nearest"
+        acc = np.concatenate(
+            [
+                _window(m, s, off, zero, -128, 127),
+                rng.integers(-bound, bound, 10_000, endpoint=True),
+                [-bound, bound, 0],
+            ]
+        )
+        p = acc * m + off  # |acc m| < 2**62: exact in int64
+        ref = np.clip(numerics.shift_round(p, s, mode) + zero, -128, 127)
+        np.testing.assert_array_equal(r(acc.astype(np.int32), np.int8), ref)
+    assert taken >= 6  # the fast path is what this tests
+
+
+@pytest.mark.parametrize("near", [0, 1, -2])
+def test_nearest_form_refuses_a_tie_inside_the_output_range(near):
+    """A channel with an accumulator at (or within the float error of) a
+    rounding tie in range must keep the exact int64 path; the naive float form
+    rounds that tie wrongly under half-up (the control)."""
+    m, s, acc0 = 2**39 - 1, 50, 29_000  # acc0 * m / 2**s ~ 14.2
+    half = 1 << (s - 1)
+    off = half + near - (acc0 * m) % (1 << s)  # acc0 m + off = 2**(s-1) + near
+    r = kernels.Requantizer(
+        [m], [s], 0, -128, 127, ndim=1, axis=None, mode="half_up",
+        acc_bound=2**22, offset=[off],
+    )  # fmt: skip
+    assert r.path == "right"
+    acc = np.array([acc0 - 1, acc0, acc0 + 1], np.int64)
+    ref = numerics.shift_round(acc * m + off, s, "half_up")
+    np.testing.assert_array_equal(r(acc.astype(np.int32), np.int64), ref)
+    if near == 0:  # control: float64's nearest rounding gets this tie wrong
+        naive = np.rint(acc0 * (m * 2.0**-s) + off / 2**s)
+        assert naive != ref[1]
+
+
 @pytest.mark.parametrize(
     "multiplier, shift, path",
     [
         ([1 << 30], [31], "float"),  # exact in float64: fewer passes
         ([7, 9], [3, 0], "float"),
-        ([1 << 30], [45], "right"),  # 2**45 codes apart: int64
+        ([1 << 30], [45], "right"),  # ties in range: int64
         ([2**31 - 1], [62], "right"),
+        ([2**31 - 1], [48], "nearest"),  # 56-bit products, no tie near: float64
         ([1 << 30], [30], "integer"),
         ([1], [-6], "left"),
         ([5, 5], [2, -2], "reference"),  # mixed directions: the reference itself
