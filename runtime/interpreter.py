@@ -833,17 +833,37 @@ def op_error(op: Operation, message: str) -> InterpreterError:
     return InterpreterError(f"{where(op)}: error: '{op.name}' op {message}")
 
 
-def bind_input(index: int, arg: SSAValue, x: np.ndarray) -> np.ndarray:
+InputType = tuple[np.dtype, tuple[int, ...], bool]
+
+
+def input_type(arg: SSAValue) -> InputType:
+    """What ``bind_input`` checks an input against: its dtype, its shape, and
+    whether it is bf16 (rounded once on the way in)."""
+    element = _element(arg)
+    return numpy_dtype(element), _shape(arg), isinstance(element, BFloat16Type)
+
+
+def bind_input(
+    index: int, arg: SSAValue, x: np.ndarray, expected: InputType | None = None
+) -> np.ndarray:
+    """``x`` checked against block argument ``arg`` (``expected`` is its
+    ``input_type``, for a caller that binds it on every call)."""
     x = np.asarray(x)
-    dtype, shape = numpy_dtype(_element(arg)), _shape(arg)
-    name = f"input {index}" + (f" (%{arg.name_hint})" if arg.name_hint else "")
+    dtype, shape, bf16 = input_type(arg) if expected is None else expected
     if x.dtype != dtype:
+        name = _input_name(index, arg)
         raise ValueError(f"{name} has dtype {x.dtype}, expected {dtype} ({arg.type})")
     if x.shape != shape:
-        raise ValueError(f"{name} has shape {x.shape}, expected {shape}")
+        raise ValueError(
+            f"{_input_name(index, arg)} has shape {x.shape}, expected {shape}"
+        )
     if not x.flags.writeable:  # torch.from_numpy warns on read-only arrays
         x = x.copy()
-    return _round_bf16(x) if isinstance(_element(arg), BFloat16Type) else x
+    return _round_bf16(x) if bf16 else x
+
+
+def _input_name(index: int, arg: SSAValue) -> str:
+    return f"input {index}" + (f" (%{arg.name_hint})" if arg.name_hint else "")
 
 
 def check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:

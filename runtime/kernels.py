@@ -32,6 +32,7 @@ reused on every call.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -157,18 +158,133 @@ class PackedConv:
     weight: np.ndarray  # the codes as given
     groups: int
     packed: torch.Tensor  # int8 [O, C*KH*KW] for int_mm, float OIHW otherwise
+    # oneDNN's own packing per (stride, padding, dilation), made on first use
+    # when the packed weight serves many calls (``reused``); None: not eligible
+    onednn: dict | None = None
+    channel_sum: int = 0  # the largest sum |w| of an output channel
 
 
-def pack_conv2d(w: np.ndarray, x_dtype, groups: int) -> PackedConv:
-    """Pack ``w`` (OIHW codes) for inputs of ``x_dtype``."""
-    method = _method(np.dtype(x_dtype), w, 0, int_mm_ok=groups == 1)
+def pack_conv2d(
+    w: np.ndarray, x_dtype, groups: int, reused: bool = False
+) -> PackedConv:
+    """Pack ``w`` (OIHW codes) for inputs of ``x_dtype``; ``reused``: the packed
+    weight will serve many calls (a prepared plan), so large int8 convs may use
+    oneDNN (``_onednn_sums``), whose own weight packing costs about a call."""
+    x_dtype = np.dtype(x_dtype)
+    method = _method(x_dtype, w, 0, int_mm_ok=groups == 1)
     if method == "int_mm":
         packed = torch.from_numpy(np.ascontiguousarray(w.reshape(w.shape[0], -1)))
     elif method == "int64":
         packed = torch.from_numpy(w.astype(np.int64))
     else:
         packed = _as_float(w, method)
-    return PackedConv(method, w, groups, packed)
+    channel_sum = _max_channel_sum(w)
+    eligible = (
+        reused
+        and x_dtype in (np.dtype(np.int8), np.dtype(np.uint8))
+        and w.dtype == np.int8
+        and 255 * channel_sum < INT_MM_LIMIT  # oneDNN's u8 sums: int32
+        and _onednn_exact()
+    )
+    onednn = {} if eligible else None
+    return PackedConv(method, w, groups, packed, onednn, channel_sum)
+
+
+def _max_channel_sum(w: np.ndarray) -> int:
+    return int(np.max(np.sum(np.abs(w.reshape(w.shape[0], -1).astype(np.int64)), 1)))
+
+
+@functools.cache
+def _onednn_exact() -> bool:
+    """Whether this torch has oneDNN's int8 conv and it sums exactly here.
+
+    Checked once, on extreme codes: without VNNI, oneDNN may pair u8 x s8
+    products in saturating int16 (or halve the weights to avoid it); either
+    shows as a wrong sum, and then every conv stays on ``_int_mm``."""
+    x = np.full((1, 8, 4, 4), 127, np.int8)
+    w = np.full((4, 8, 3, 3), 127, np.int8)
+    w[1], w[2] = -128, (np.arange(-36, 36) * 3).reshape(8, 3, 3)
+    p = PackedConv("int_mm", w, 1, torch.from_numpy(w), {}, _max_channel_sum(w))
+    try:
+        y = _onednn_sums(x, p, (1, 1), (1, 1, 1, 1), (1, 1), min_macs=0)
+    except (AttributeError, RuntimeError):
+        return False
+    exact = integer_ops.numpy_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    return y is not None and np.array_equal(y, exact)
+
+
+# Below this many multiply-adds oneDNN's fixed cost (~80 µs a call here) loses
+# to im2col + _int_mm; 1x1 convs (no im2col to save) stay on _int_mm too.
+ONEDNN_MIN_MACS = 8_000_000
+
+
+def _onednn_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation, min_macs=None):
+    """The conv sums through oneDNN's int8 conv, or None when this call is not
+    worth it (or a sum reached 2**24).
+
+    oneDNN sums u8 x s8 exactly in int32 and returns them as float32, exact
+    below 2**24: guaranteed when ``128 * sum|w_c| < 2**24``, else checked on
+    the result. int8 codes ``x`` become u8 codes ``x + 128`` with zero point
+    128, which oneDNN subtracts exactly (also in the padding). The result is
+    NCHW in channels-last memory."""
+    t, lf, b, r = pads
+    o, cg, kh, kw = p.weight.shape
+    n, c, h, w = x.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + lf + r - dw * (kw - 1) - 1) // sw + 1
+    min_macs = ONEDNN_MIN_MACS if min_macs is None else min_macs
+    if kh * kw == 1 or o * cg * kh * kw * n * oh * ow < min_macs:
+        return None
+    zero = 128 if x.dtype == np.int8 else 0
+    # oneDNN pads alike on both sides: uneven padding (a tile's edge) is
+    # written into the input copy, as the code of 0, and oneDNN pads nothing
+    inside = (t, lf) == (b, r)
+    geometry = (stride, (t, lf) if inside else (0, 0), dilation)
+    packed = p.onednn.get(geometry)
+    if packed is None:
+        packed = p.onednn[geometry] = (
+            torch.ops.onednn.qconv_prepack(
+                torch.from_numpy(p.weight), torch.ones(o), 1.0, zero,
+                list(stride), list(geometry[1]), list(dilation), p.groups, None,
+            ),
+            torch.ones(o),
+            torch.zeros(o, dtype=torch.int64),
+        )  # fmt: skip
+    weight, w_scales, w_zeros = packed
+    if inside:
+        codes = np.empty((n, h, w, c), np.uint8)
+        interior = codes
+    else:
+        codes = np.full((n, h + t + b, w + lf + r, c), zero, np.uint8)
+        interior = codes[:, t : t + h, lf : lf + w]
+    interior = interior.transpose(0, 3, 1, 2)  # NCHW view, channels last
+    if zero:
+        np.bitwise_xor(x.view(np.uint8), np.uint8(0x80), out=interior)  # x + 128
+    else:
+        interior[...] = x
+    y = torch.ops.onednn.qconv2d_pointwise(
+        torch.from_numpy(codes.transpose(0, 3, 1, 2)), 1.0, zero, weight,
+        w_scales, w_zeros, None, list(stride), list(geometry[1]), list(dilation),
+        p.groups, 1.0, 0, torch.float32, "none", [], "",
+    )  # fmt: skip
+    if magnitude(x.dtype) * p.channel_sum >= FLOAT32_LIMIT:
+        lo, hi = torch.aminmax(y)
+        if max(-float(lo), float(hi)) >= FLOAT32_LIMIT:
+            return None  # a sum float32 may have rounded: the exact path instead
+    return y.numpy()
+
+
+def _pointwise_channels_last(x: np.ndarray, p: PackedConv, pads) -> bool:
+    """A 1x1 conv without padding of a channels-last ``x``: one gemm of its
+    (strided) pixels, no im2col, the result channels-last too."""
+    return (
+        p.weight.shape[2:] == (1, 1)
+        and not any(pads)
+        and x.ndim == 4
+        and x.strides[1] == x.itemsize
+        and x.shape[1] > 1
+    )
 
 
 def _im2col(x, kernel, stride, pads, dilation):
@@ -191,9 +307,21 @@ def _im2col(x, kernel, stride, pads, dilation):
 
 
 def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndarray:
-    """Exact conv sums (NCHW int32 or int64), no bias; ``pads`` is (t, l, b, r)."""
+    """Exact conv sums (NCHW int32 or int64, or float32 holding integers below
+    2**24), no bias; ``pads`` is (t, l, b, r)."""
     stride, dilation = tuple(stride), tuple(dilation)
     pads = integer_ops.pads4(pads)
+    if p.onednn is not None:
+        y = _onednn_sums(x, p, stride, pads, dilation)
+        if y is not None:
+            return y
+    if p.method == "int_mm" and _pointwise_channels_last(x, p, pads):
+        (sh, sw), n = stride, x.shape[0]
+        pixels = x[:, :, ::sh, ::sw].transpose(0, 2, 3, 1)  # NHWC view
+        oh, ow = pixels.shape[1:3]
+        cols = np.ascontiguousarray(pixels).reshape(-1, x.shape[1])
+        y = torch._int_mm(torch.from_numpy(cols), p.packed.t()).numpy()
+        return y.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)  # channels last
     if p.method == "int_mm":
         kernel = p.weight.shape[2:]
         cols, (n, oh, ow) = _im2col(x, kernel, stride, pads, dilation)
@@ -277,6 +405,10 @@ class Requantizer:
         self.reference = (m, s, axis)
         off = None if offset is None else np.asarray(offset, np.int64).reshape(-1)
         self.path = self._choose(m, s, off, acc_bound)
+        one = m.size == s.size == 1 and (off is None or off.size == 1)
+        self.per_tensor = one  # the same function of every element
+        self.tables = {} if one and acc_bound <= 2**15 else None
+        self.bound = acc_bound
         if self.path == "right" and np.any(s == 0):
             # p / 2**0 == 2p / 2**1: one rounding formula for every channel
             unshifted = s == 0
@@ -304,6 +436,7 @@ class Requantizer:
                 self.path = "nearest"
                 along_f = (ndim, axis if nearest[0].size > 1 else None)
                 self.m_f, self.c_f = (_along_float(a, *along_f) for a in nearest)
+                self.axis, self._torch = along_f[1], None
         if self.path == "left":
             left = -self.s
             self.s = left
@@ -311,6 +444,26 @@ class Requantizer:
             self.limit = (
                 None if acc_bound * int(np.max(m)) <= int(np.min(limit)) else limit
             )
+
+    def _nearest_by_rows(self, acc: np.ndarray, out_dtype) -> np.ndarray:
+        """The nearest path over a large 4-D value, a few rows (axis 2) at a
+        time: the float64 temporaries of a block stay in the CPU's cache, where
+        the whole tensor's would make every pass a trip to memory. torch keeps
+        the operand's memory order (e.g. oneDNN's channels-last sums); its
+        ``round`` is float64 rounding to nearest-even like ``np.rint``."""
+        if self._torch is None:
+            self._torch = tuple(
+                torch.from_numpy(np.asarray(a)) for a in (self.m_f, self.c_f)
+            )
+        m_f, c_f = self._torch
+        x = torch.from_numpy(acc)
+        y = torch.empty_like(x, dtype=torch.from_numpy(np.empty(0, out_dtype)).dtype)
+        rows = max(1, NEAREST_BLOCK // max(1, acc.size // acc.shape[2]))
+        for r in range(0, acc.shape[2], rows):
+            v = x[:, :, r : r + rows] * m_f
+            v.add_(c_f).round_().clamp_(self.lo, self.hi)
+            y[:, :, r : r + rows] = v
+        return y.numpy()
 
     def clamped(self, lo: int, hi: int) -> Requantizer:
         """This requantization followed by a clamp to ``[lo, hi]``."""
@@ -369,6 +522,30 @@ class Requantizer:
         return "reference"
 
     def __call__(self, acc: np.ndarray, out_dtype) -> np.ndarray:
+        if self.tables is not None and acc.dtype.kind in "iu" and acc.itemsize <= 2:
+            return self._by_table(acc, np.dtype(out_dtype))
+        return self._compute(acc, out_dtype)
+
+    def _by_table(self, acc: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+        """One requantization of 8- or 16-bit codes (one multiplier for all):
+        a lookup in the table of every code's result, computed once by the
+        same arithmetic."""
+        table = self.tables.get((acc.dtype, out_dtype))
+        if table is None:
+            info = np.iinfo(acc.dtype)
+            codes = np.arange(info.min, info.max + 1, dtype=np.int64)
+            table = self._compute(np.clip(codes, -self.bound, self.bound), out_dtype)
+            self.tables[acc.dtype, out_dtype] = table
+        perm = memory_order(acc)
+        flat = acc.transpose(perm)
+        if acc.dtype.kind == "i":  # code - min: flip the sign bit
+            unsigned = np.dtype(f"u{acc.itemsize}")
+            flat = flat.view(unsigned) ^ unsigned.type(1 << (8 * acc.itemsize - 1))
+        return np.take(table, flat).transpose(np.argsort(perm))
+
+    def _compute(self, acc: np.ndarray, out_dtype) -> np.ndarray:
+        if acc.dtype.kind == "f" and self.path not in ("nearest", "float"):
+            acc = acc.astype(np.int64)  # integers (float32 sums of conv2d_sums)
         if self.path == "reference":
             m, s, axis = self.reference
             acc = np.asarray(acc, np.int64)
@@ -379,6 +556,8 @@ class Requantizer:
             )
             return y.astype(out_dtype)
         if self.path == "nearest":
+            if acc.ndim == 4 and acc.size >= NEAREST_BLOCK and self.axis != 2:
+                return self._nearest_by_rows(acc, out_dtype)
             v = np.multiply(acc, self.m_f, dtype=np.float64)
             v += self.c_f
             np.rint(v, out=v)
@@ -426,7 +605,8 @@ class Requantizer:
 # quotient lies within that error of a rounding tie, and those are few and
 # computable: ``acc * m + off`` must hit a narrow band of residues modulo
 # ``2**s``, a linear congruence with at most one solution class per residue.
-NEAREST_CANDIDATES = 4096  # residues checked per channel before giving up
+NEAREST_CANDIDATES = 1 << 15  # residues checked per channel before giving up
+NEAREST_BLOCK = 1 << 16  # elements per block of a large tensor (512 KiB of float64)
 
 
 def _nearest_form(m, s, off, zero, lo, hi, acc_bound):
@@ -550,36 +730,82 @@ def fused_gemm_output(
     axis: int,
     mode: str,
 ) -> Requantizer | None:
-    """``numerics.gemm_output`` as one ``Requantizer``, or None where it may differ.
-
-    With ``|acc| <= acc_bound``, no step of gemm_output saturates when
-    ``acc_bound * 2**fine + max|bias| < 2**31``; then
-    ``(acc * 2**fine + bias) * m == acc * (m << fine) + bias * m`` exactly.
-    """
+    """``numerics.gemm_output`` as one ``Requantizer``, or None where it may differ
+    (``fused_epilogue`` with the factor ``2**fine``)."""
     if req.x_shift or req.w_shift:
         return None  # operand codes shifted before the gemm: not this form
-    bias = np.zeros(1, np.int64) if req.bias is None else req.bias.astype(np.int64)
     fine = 0 if req.fused_bias else req.fine
-    if acc_bound * 2**fine + int(np.max(np.abs(bias))) >= 2**31:
+    return fused_epilogue(
+        req.multiplier, req.shift, qmin, qmax, factor=1 << fine, bias=req.bias,
+        acc_bound=acc_bound, ndim=ndim, axis=axis, mode=mode,
+    )  # fmt: skip
+
+
+def fused_epilogue(
+    multiplier,
+    shift,
+    lo: int,
+    hi: int,
+    *,
+    factor: int,
+    bias,
+    acc_bound: int,
+    ndim: int,
+    axis: int,
+    mode: str,
+) -> Requantizer | None:
+    """A gemm's epilogue as one ``Requantizer``, or None where it may differ.
+
+    The epilogue: the exact sums ``acc`` (``|acc| <= acc_bound``) times the
+    integer ``factor`` (a left shift), plus ``bias`` (per channel along
+    ``axis``, or None), each step saturating to 32 bits, then requantized by
+    ``(multiplier, shift)`` and clamped to ``[lo, hi]``. When
+    ``acc_bound * factor + max|bias| < 2**31`` nothing saturates, and
+    ``(acc * factor + bias) * m == acc * (m factor) + bias * m`` exactly.
+    """
+    b = np.zeros(1, np.int64) if bias is None else np.asarray(bias, np.int64)
+    if acc_bound * factor + int(np.max(np.abs(b))) >= 2**31:
         return None
-    m = np.asarray(req.multiplier, np.int64).reshape(-1)
-    channels = max(m.size, bias.size)
-    m = np.broadcast_to(m, (channels,))
-    s = np.broadcast_to(np.asarray(req.shift, np.int64).reshape(-1), (channels,))
-    offset = None if req.bias is None else np.broadcast_to(bias, (channels,)) * m
+    m = np.asarray(multiplier, np.int64).reshape(-1)
+    s = np.asarray(shift, np.int64).reshape(-1)
+    channels = max(m.size, s.size, b.size)
+    m, s = (np.broadcast_to(v, (channels,)) for v in (m, s))
+    offset = None if bias is None else np.broadcast_to(b.reshape(-1), (channels,)) * m
     r = Requantizer(
-        m << fine,
-        s,
-        0,
-        qmin,
-        qmax,
-        ndim=ndim,
-        axis=axis,
-        mode=mode,
-        acc_bound=acc_bound,
-        offset=offset,
-    )
+        m * factor, s, 0, lo, hi, ndim=ndim, axis=axis, mode=mode,
+        acc_bound=acc_bound, offset=offset,
+    )  # fmt: skip
     return None if r.path == "reference" else r
+
+
+class PairTable:
+    """``fn(a, b)``, elementwise, of two 8-bit code tensors, as one lookup per
+    element in the 256 x 256 table of every pair's result, which ``fn`` itself
+    computes once (so the numbers cannot differ): a residual add with its
+    rescales and requantization, for instance."""
+
+    def __init__(self, fn, dtypes):
+        grids = [
+            np.arange(np.iinfo(d).min, np.iinfo(d).max + 1, dtype=d) for d in dtypes
+        ]
+        self.table = np.ascontiguousarray(
+            fn(grids[0].reshape(256, 1), grids[1].reshape(1, 256))
+        )
+        self.table = self.table.reshape(-1)
+        self.signed = tuple(np.dtype(d).kind == "i" for d in dtypes)
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        order = memory_order(a)  # work in a's memory order
+        a, b = a.transpose(order), b.transpose(order)
+        index = _code_index(a, self.signed[0]).astype(np.uint16)
+        index <<= 8
+        index |= _code_index(b, self.signed[1])
+        return np.take(self.table, index).transpose(np.argsort(order))
+
+
+def _code_index(x: np.ndarray, signed: bool) -> np.ndarray:
+    """8-bit codes as table rows 0..255 (int8: ``x + 128``, by its sign bit)."""
+    return x.view(np.uint8) ^ np.uint8(0x80) if signed else x
 
 
 # ------------------------------------------------------------------ fake quantization
@@ -621,6 +847,13 @@ class FakeQuantizer:
             v -= self.zp
         v *= self.scale
         return v
+
+
+def memory_order(x: np.ndarray) -> tuple[int, ...]:
+    """The axes of ``x`` from the slowest-varying in memory to the fastest:
+    ``x.transpose(order)`` is C-contiguous for any contiguous layout (NCHW,
+    channels-last), so elementwise work on it runs in memory order."""
+    return tuple(sorted(range(x.ndim), key=lambda a: -abs(x.strides[a])))
 
 
 def _along_float(values, ndim: int, axis: int | None) -> np.ndarray:

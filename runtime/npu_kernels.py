@@ -277,6 +277,12 @@ def _conv_engine(f: Fields):
 
 
 def conv(f: Fields, out: Out, x, w, bias=None) -> np.ndarray:
+    fused = f.get("_fused")
+    if fused is not None:  # prepared: packed weight, one fused requantization
+        pads = f["padding"]
+        x = np.transpose(x, _NCHW)
+        acc = kernels.conv2d_sums(x, f["_packed"], f["stride"], pads, f["dilation"])
+        return np.transpose(fused(acc, out[1]), _NHWC)
     inner, after = _split_bias(f, bias)
     integer_ops.check_f64_exact(x, w, w.shape[1] * w.shape[2] * w.shape[3])
     acc = integer_ops.conv2d(
@@ -342,6 +348,9 @@ _ELTWISE = {
 
 
 def eltwise(f: Fields, out: Out, a, b) -> np.ndarray:
+    pair = f.get("_pair")
+    if pair is not None:  # prepared: the table of every pair of 8-bit codes
+        return pair(a, b)
     args = [np.asarray(a), np.asarray(b)]
     if f["in_multiplier"]:
         lo32, hi32 = numerics.qrange(32)
@@ -483,11 +492,55 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
         (_, x_dtype, _), (_, _, w) = operands[0], operands[1]
         if w is not None and name == "conv":
             f["_packed"] = kernels.pack_conv2d(
-                np.transpose(w, _NCHW), x_dtype, f["groups"]
+                np.transpose(w, _NCHW), x_dtype, f["groups"], reused=True
             )
+            bias = operands[2][2] if len(operands) > 2 else None
+            if len(operands) == 2 or bias is not None:
+                fused = _fused_post(f, f["_packed"], x_dtype, bias)
+                if fused is not None:
+                    f["_fused"] = fused
         elif w is not None and f["transpose_b"]:
             f["_packed"] = kernels.pack_linear(w, x_dtype)
+    if name == "eltwise" and _pairwise(f, operands):
+        plain = dict(f)
+        f["_pair"] = kernels.PairTable(
+            lambda a, b: eltwise(plain, out, a, b), [d for _, d, _ in operands]
+        )
     return f
+
+
+# The prepared keys that hold a constant operand's values (the weight, the bias):
+# the simulator drops them when the SRAM buffer no longer holds that constant.
+FROM_CONSTANTS = ("_packed", "_fused")
+
+
+def _fused_post(f: Fields, packed, x_dtype, bias) -> kernels.Requantizer | None:
+    """A conv's exact sums (bounded by its weight codes) and post-process as one
+    requantization (``kernels.fused_epilogue``), or None where a step of the
+    post-process may saturate or there is no requantization."""
+    if f["multiplier"] is None:
+        return None
+    bound = kernels.magnitude(x_dtype) * packed.channel_sum
+    inner, after = _split_bias(f, bias)
+    widest = bound + (0 if inner is None else int(np.max(np.abs(inner))))
+    if widest >= 1 << (f["acc_bits"] - 1):
+        return None  # the raw sums would saturate to acc_bits
+    factor = 1 if f["pre_shift"] == NONE else 1 << f["pre_shift"]
+    lo, hi = f["clip"]
+    return kernels.fused_epilogue(
+        f["multiplier"], f["shift"], lo, hi, factor=factor,
+        bias=inner if after is None else after, acc_bound=bound,
+        ndim=4, axis=1, mode=f["rounding"],
+    )  # fmt: skip
+
+
+def _pairwise(f: Fields, operands) -> bool:
+    """Whether an eltwise op is one function of each pair of 8-bit codes: one
+    multiplier (or none) for every element."""
+    multiplier = f["multiplier"]
+    return all(d.itemsize == 1 and d.kind in "iu" for _, d, _ in operands) and (
+        multiplier is None or multiplier.size == 1
+    )
 
 
 # ------------------------------------------------------------------ the interpreter

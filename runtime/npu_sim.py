@@ -68,12 +68,16 @@ class _Step:
 def _compute(step: _Step) -> None:
     """A compute opcode: the shared kernel, its result written to its buffer.
 
-    A weight prepared from a constant (packed once) is used only while the SRAM
-    buffer the program loaded it into still holds that constant, so a memory
-    plan that clobbered it still shows (the kernel then packs what is there)."""
+    A weight (and bias) prepared from a constant (packed once, folded into the
+    fused requantization) is used only while the SRAM buffers the program
+    loaded them into still hold those constants, so a memory plan that
+    clobbered one still shows (the kernel then computes from what is there)."""
     fields = step.fields
-    if step.extra is not None and not np.array_equal(step.ins[1], step.extra):
-        fields = {k: v for k, v in fields.items() if k != "_packed"}
+    if step.extra is not None and not all(
+        np.array_equal(step.ins[i], value) for i, value in step.extra
+    ):
+        drop = npu_kernels.FROM_CONSTANTS
+        fields = {k: v for k, v in fields.items() if k not in drop}
     y = npu_kernels.COMPUTE[step.name](fields, step.out, *step.ins)
     step.outs[0][...] = y
 
@@ -218,8 +222,12 @@ class FunctionSim:
                 for b in (self.code.buffers[k] for k in ins.operands)
             ]
             step.fields = npu_kernels.prepare(op.name, fields, out, operands)
-            if "_packed" in step.fields:
-                step.extra = operands[1][2]  # the constant the weight must be
+            if "_packed" in step.fields:  # the constants weight and bias must be
+                step.extra = [
+                    (i, value)
+                    for i, (_, _, value) in enumerate(operands)
+                    if i and value is not None
+                ]
         return step
 
     def run(

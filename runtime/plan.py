@@ -17,15 +17,16 @@ Every other op runs its interpreter kernel unchanged. The results are the
 interpreter's bit for bit: the prepared steps call kernels tested against the
 numerics reference, and ``tests/runtime/test_plan.py`` compares whole functions.
 
-Plans are cached on the ``func.func`` object per rounding mode and keyed on a
-structural fingerprint (the ops, their operands, properties and attributes, and
-the argument types), so an edit of the IR in place builds a new plan.
+Plans are cached on the ``func.func`` object per rounding mode with a snapshot
+of the IR they were built from (the block's arguments and ops, each op's operands,
+properties and attributes), so an edit of the IR in place builds a new plan.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -64,6 +65,7 @@ class Plan:
             )
         block = func_op.body.block
         self.args = tuple(block.args)
+        self.arg_types = tuple(interpreter.input_type(a) for a in self.args)
         table = interpreter.kernel_table(rounding)
         slots: dict[SSAValue, int] = {a: i for i, a in enumerate(self.args)}
         constants: dict[int, np.ndarray] = {}
@@ -100,6 +102,7 @@ class Plan:
             self.env[slot] = value
         keep = set(returns) | set(constants)
         steps = _fuse_clamps(_fuse_gemm_epilogues(steps, constants, keep), keep)
+        steps = _fuse_rescaled_adds(steps, keep)
         self.steps = _with_liveness(steps, keep)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -108,12 +111,24 @@ class Plan:
                 f"@{self.name} takes {len(self.args)} inputs, got {len(inputs)}"
             )
         env = self.env.copy()
-        for i, (arg, x) in enumerate(zip(self.args, inputs, strict=True)):
-            env[i] = interpreter.bind_input(i, arg, x)
+        bound = zip(self.args, self.arg_types, inputs, strict=True)
+        for i, (arg, expected, x) in enumerate(bound):
+            env[i] = interpreter.bind_input(i, arg, x, expected)
+        # _call, inlined, and one result stored without a zip: this loop is the
+        # interpreter's per-op overhead
         for step in self.steps:
-            results = _call(step.op, step.run, [env[a] for a in step.args], step.check)
-            for slot, y in zip(step.outs, results, strict=True):
-                env[slot] = y
+            try:
+                results = step.run(*[env[a] for a in step.args])
+            except Exception as e:
+                raise _located(step.op, e) from e
+            if step.check is not None:
+                _check(step.op, results, step.check)
+            outs = step.outs
+            if len(outs) == 1 == len(results):
+                env[outs[0]] = results[0]
+            else:
+                for slot, y in zip(outs, results, strict=True):
+                    env[slot] = y
             for slot in step.free:
                 env[slot] = None
         # A constant result is shared by every call: the caller gets a copy.
@@ -126,15 +141,31 @@ class Plan:
 def _call(op: Operation, run: Run, operands: list, check):
     try:
         results = run(*operands)
-    except interpreter.InterpreterError as e:
-        raise interpreter.op_error(op, str(e)) from e
     except Exception as e:
-        raise interpreter.op_error(op, f"failed: {type(e).__name__}: {e}") from e
+        raise _located(op, e) from e
     if check is not None:
-        for value, y, (dtype, shape) in zip(op.results, results, check, strict=True):
-            if not isinstance(y, np.ndarray) or y.dtype != dtype or y.shape != shape:
-                interpreter.check_result(op, value, y)  # raises, saying what
+        _check(op, results, check)
     return results
+
+
+def _located(op: Operation, e: Exception) -> interpreter.InterpreterError:
+    """A kernel's exception as the error of ``op``, saying where it is."""
+    if isinstance(e, interpreter.InterpreterError):
+        return interpreter.op_error(op, str(e))
+    return interpreter.op_error(op, f"failed: {type(e).__name__}: {e}")
+
+
+def _check(op: Operation, results, check) -> None:
+    """Catch a generic kernel whose results disagree with the IR's types
+    (``check``: ``_result_types(op)``)."""
+    if len(results) == len(check):
+        for y, (dtype, shape) in zip(results, check, strict=True):
+            if not isinstance(y, np.ndarray) or y.dtype != dtype or y.shape != shape:
+                break
+        else:
+            return
+    for value, y in zip(op.results, results, strict=True):
+        interpreter.check_result(op, value, y)  # raises, saying what
 
 
 def _result_types(op: Operation) -> tuple[tuple[np.dtype, tuple[int, ...]], ...]:
@@ -302,38 +333,114 @@ def _fuse_clamps(steps: list[Step], keep) -> list[Step]:
     return [step for i, step in enumerate(steps) if i not in gone]
 
 
+@dataclass(frozen=True)
+class PairTableStep:
+    """Steps computing one function of two 8-bit code tensors, as a lookup."""
+
+    table: kernels.PairTable
+
+    def __call__(self, a, b):
+        return (self.table(a, b),)
+
+
+def _pair_table(a_step, b_step, add_step, last_step, dtypes) -> PairTableStep:
+    def fn(a, b):
+        (ra,), (rb,) = a_step.run(a), b_step.run(b)
+        return last_step.run(*add_step.run(ra, rb))[0]
+
+    return PairTableStep(kernels.PairTable(fn, dtypes))
+
+
+def _fuse_rescaled_adds(steps: list[Step], keep) -> list[Step]:
+    """``requantize(requantize(a) + requantize(b))`` of 8-bit codes ``a``, ``b``
+    (a residual add onto a common grid, one multiplier per requantization)
+    becomes one lookup per element: every step is elementwise, so its result
+    is a function of the pair ``(a, b)``."""
+    reader = _only_reader(steps, keep)
+    index = {slot: i for i, step in enumerate(steps) for slot in step.outs}
+    fused: dict[int, Step] = {}
+    gone: set[int] = set()
+    for i, add in enumerate(steps):
+        if not isinstance(add.run, IntegerAddStep) or len(set(add.args)) != 2:
+            continue
+        producers = [index.get(slot) for slot in add.args]
+        j = reader(add)
+        if None in producers or j is None or {*producers, j} & (gone | set(fused)):
+            continue
+        a_step, b_step, last = (steps[k] for k in (*producers, j))
+        rescales = (a_step, b_step, last)
+        if not all(isinstance(r.run, RequantizeStep) for r in rescales):
+            continue
+        if not all(r.run.requantizer.per_tensor for r in rescales):
+            continue  # per-channel parameters: not one function of the pair
+        dtypes = [_operand_dtype(r.op.operands[0]) for r in (a_step, b_step)]
+        if any(d.itemsize != 1 or not _integer(d) for d in dtypes):
+            continue
+        if any(reader(r) != i for r in (a_step, b_step)):
+            continue
+        table = _pair_table(a_step, b_step, add, last, dtypes)
+        args = (a_step.args[0], b_step.args[0])
+        fused[i] = Step(last.op, table, args, last.outs, None)
+        gone.update((*producers, j))
+    return [fused.get(i, step) for i, step in enumerate(steps) if i not in gone]
+
+
 # ------------------------------------------------------------------ the cache
 
 
-def _fingerprint(func_op: func.FuncOp, snapshot: bool) -> tuple:
-    """What a plan depends on: the ops, their operands, properties and attributes
-    (equal attributes mean equal semantics), and the argument types.
+# What a step depends on, read in C: the op's successor in the block (an op
+# inserted, moved or erased changes some op's), its operand tuple (replaced by
+# every operand edit), its properties and its attributes.
+_OP_STATE = operator.attrgetter("_next_op", "_operands", "properties", "attributes")
 
-    The live fingerprint holds the ops' own property and attribute dicts, the
-    snapshot copies of them, so comparing the two (one C-level ``==``, about
-    0.7 µs per op) sees an entry set, replaced or deleted in place.
+
+def _head(func_op: func.FuncOp) -> tuple:
+    """The body region, its first and last block (a block added or removed), the
+    block's argument tuple (replaced when an argument is inserted or erased;
+    argument types are immutable) and its first op."""
+    region = func_op.body
+    block = region.first_block
+    if block is None:
+        return (region,)
+    return region, block, region.last_block, block.args, block.first_op
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """The IR a plan was built from: the head, the ops, and each op's
+    ``_OP_STATE`` with copies of its property and attribute dicts.
+
+    When the head is the same and every op has the same state, walking the block
+    from its first op through each ``_next_op`` gives the same ops, with the same
+    operands, properties and attributes (equal attributes mean equal semantics):
+    the plan still holds. The test is one C-level ``==`` per op (no walk of the
+    block's linked list), so that a cache hit costs far less than a step.
     """
-    copy = dict if snapshot else _same
-    ops = tuple(
-        (op, op._operands, copy(op.properties), copy(op.attributes))
-        for b in func_op.body.blocks
-        for op in b.ops
-    )
-    return ops, tuple(a.type for b in func_op.body.blocks for a in b.args)
 
+    head: tuple
+    ops: tuple[Operation, ...]
+    state: list[tuple]
 
-def _same(d: dict) -> dict:
-    return d
+    @staticmethod
+    def of(func_op: func.FuncOp) -> _Snapshot:
+        ops = tuple(func_op.body.block.ops)
+        state = [(n, o, dict(p), dict(a)) for n, o, p, a in map(_OP_STATE, ops)]
+        return _Snapshot(_head(func_op), ops, state)
+
+    def matches(self, func_op: func.FuncOp) -> bool:
+        return _head(func_op) == self.head and (
+            list(map(_OP_STATE, self.ops)) == self.state
+        )
 
 
 def prepared(func_op: func.FuncOp, rounding: str) -> Plan:
     """The cached plan of ``func_op`` for ``rounding``, rebuilt after an IR edit."""
     cache = func_op.__dict__.setdefault("_hbir_plans", {})
     hit = cache.get(rounding)
-    if hit is not None and hit[0] == _fingerprint(func_op, snapshot=False):
+    if hit is not None and hit[0].matches(func_op):
         return hit[1]
     plan = Plan(func_op, rounding)
-    cache[rounding] = (_fingerprint(func_op, snapshot=True), plan)
+    cache[rounding] = (_Snapshot.of(func_op), plan)
     return plan
 
 
@@ -421,7 +528,7 @@ def _conv_sums(op: hbir.Conv2dOp):
     pads = integer_ops.pads4(op.padding.get_values())
 
     def sums(x_dtype, w):
-        packed = kernels.pack_conv2d(w, x_dtype, op.groups.value.data)
+        packed = kernels.pack_conv2d(w, x_dtype, op.groups.value.data, reused=True)
         return lambda x: kernels.conv2d_sums(x, packed, stride, pads, dilation)
 
     return sums

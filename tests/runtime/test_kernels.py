@@ -53,6 +53,38 @@ def test_conv2d_equals_the_int64_reference(case, kind):
     np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("kind", ["random", "max", "positive"])
+@pytest.mark.parametrize("case", CONVS)
+def test_prepared_conv2d_equals_the_int64_reference(case, kind, layout, monkeypatch):
+    """A prepared (``reused``) conv: oneDNN's int8 conv for every size here
+    (uneven padding written into its input, sums past 2**24 checked on the
+    result), and 1x1 convs of channels-last inputs as one gemm of pixels."""
+    monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
+    xs, ws, stride, pads, dilation, groups, xd, wd = case
+    x, w = codes(xs, xd, kind), codes(ws, wd, kind)
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    packed = kernels.pack_conv2d(w, xd, groups, reused=True)
+    got = kernels.conv2d_sums(x, packed, stride, pads, dilation)
+    ref = integer_ops.numpy_conv2d(x, w, stride, pads, dilation, groups)
+    np.testing.assert_array_equal(got, ref)
+    onednn = xd in (np.int8, np.uint8) and wd == np.int8 and ws[2:] != (1, 1)
+    if onednn and kind != "max":  # (all-extreme sums may pass 2**24: fallback)
+        assert packed.onednn  # its path ran
+
+
+def test_pointwise_conv_of_channels_last_codes_is_one_gemm():
+    x = codes((2, 16, 9, 7), np.int8)
+    x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    w = codes((24, 16, 1, 1), np.int8)
+    packed = kernels.pack_conv2d(w, np.int8, 1)
+    got = kernels.conv2d_sums(x, packed, (2, 2), (0, 0, 0, 0), (1, 1))
+    ref = integer_ops.numpy_conv2d(x, w, (2, 2), (0, 0, 0, 0), (1, 1), 1)
+    np.testing.assert_array_equal(got, ref)
+    assert got.strides[1] == got.itemsize  # channels last, as the gemm wrote it
+
+
 def test_conv2d_methods_follow_the_bounds():
     """int8 -> _int_mm; grouped int8 -> float32; int16 x int16 at K=36 -> float64;
     a sum that could pass 2**53 -> the int64 reference engine."""

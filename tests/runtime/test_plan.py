@@ -15,7 +15,7 @@ from zoo_stages import calibrated
 
 import hbir
 from hbir.quantization import export
-from hbir.runtime import integer_ops, numerics, plan
+from hbir.runtime import integer_ops, kernels, numerics, plan
 from hbir.runtime.interpreter import run_function
 
 torch.set_num_threads(1)
@@ -30,12 +30,13 @@ def ints(values) -> str:
     return "array<i64: " + ", ".join(str(int(v)) for v in values) + ">"
 
 
-def conv_chain(w, bias, left, m, s) -> str:
+def conv_chain(w, bias, left, m, s, size=6) -> str:
     """conv -> requantize (left shift) -> add bias -> requantize -> ReLU clamp,
     the epilogue convert writes (docs/convert.md)."""
     o, c, kh, kw = w.shape
-    tx, ty = f"tensor<1x{c}x6x6xsi8>", f"tensor<1x{o}x6x6xsi8>"
-    acc = f"tensor<1x{o}x6x6xsi32>"
+    hw = f"{size}x{size}"
+    tx, ty = f"tensor<1x{c}x{hw}xsi8>", f"tensor<1x{o}x{hw}xsi8>"
+    acc = f"tensor<1x{o}x{hw}xsi32>"
     return f"""
 func.func @forward(%x: {tx}) -> {ty} {{
   %w = hbir.constant {dense(w)} : tensor<{o}x{c}x{kh}x{kw}xsi8>
@@ -82,6 +83,74 @@ def test_conv_epilogue_equals_the_int64_reference(left, fused):
         assert got.dtype == np.int8
     steps = plan.prepared(f.op, "half_even").steps
     assert (len(steps) == 1) == fused  # one fused step, or the chain kept apart
+
+
+def test_a_large_conv_takes_onednn_and_blocked_float64_and_stays_exact():
+    """A conv of 38M multiply-adds (oneDNN's int8 conv) with 64K outputs (the
+    certified float64 requantization, block by block), weights whose sums may
+    pass 2**24 in one channel (checked on the result)."""
+    c = o = 64
+    w = RNG.integers(-128, 127, (o, c, 3, 3), endpoint=True).astype(np.int8)
+    w[1] = 127  # 128 * 127 * 576 > 2**24: checked per call
+    bias = RNG.integers(-(2**20), 2**20, o)
+    real = RNG.uniform(2.0**-20, 2.0**-14, o) * 2.0**-6  # no ties in range
+    m, s = numerics.requantize_multipliers(real)
+    f = hbir.Module.parse(conv_chain(w, bias, 6, m, s, size=32))[0]
+    for x in (
+        RNG.integers(-128, 127, (1, c, 32, 32), endpoint=True).astype(np.int8),
+        np.full((1, c, 32, 32), 127, np.int8),  # channel 1 sums past 2**24
+    ):
+        got = f.feed({"_input_0": x})["_output_0"]
+        np.testing.assert_array_equal(got, chain_reference(x, w, bias, 6, m, s))
+    (step,) = plan.prepared(f.op, "half_even").steps
+    assert step.run.requantizer.path == "nearest"
+    (packed,) = (
+        c.cell_contents
+        for c in step.run.sums.__closure__
+        if isinstance(c.cell_contents, kernels.PackedConv)
+    )
+    assert packed.onednn  # oneDNN's packing was made: its path ran
+
+
+RESCALED_ADD = """
+func.func @f(%a: tensor<1x4x5x5xsi8>, %b: tensor<1x4x5x5xsi8>) -> tensor<1x4x5x5xsi8> {
+  %ra = qnt.requantize %a {multiplier = array<i64: 1272053632>,
+    shift = array<i64: 11>} : tensor<1x4x5x5xsi8> -> tensor<1x4x5x5xsi32>
+  %rb = qnt.requantize %b {multiplier = array<i64: 1073741824>,
+    shift = array<i64: 9>} : tensor<1x4x5x5xsi8> -> tensor<1x4x5x5xsi32>
+  %s = hbir.add %ra, %rb : (tensor<1x4x5x5xsi32>, tensor<1x4x5x5xsi32>)
+    -> tensor<1x4x5x5xsi32>
+  %y = qnt.requantize %s {multiplier = array<i64: 1931095680>,
+    shift = array<i64: 52>, clip = array<i64: 0, 127>}
+    : tensor<1x4x5x5xsi32> -> tensor<1x4x5x5xsi8>
+  func.return %y : tensor<1x4x5x5xsi8>
+}
+"""
+
+
+@pytest.mark.parametrize("mode", numerics.ROUNDING_MODES)
+def test_a_rescaled_add_is_one_lookup_equal_to_the_int64_steps(mode):
+    """A residual add onto a common grid (ResNet's) runs as one 256 x 256 table
+    of its three requantizations and the add; every code pair is checked
+    against numerics step by step (the second multiplier makes ties)."""
+    f = hbir.Module.parse(RESCALED_ADD)[0]
+    codes = np.arange(-128, 128)
+    a, b = (v.reshape(-1).astype(np.int8) for v in np.meshgrid(codes, codes))
+    ra = numerics.requantize(a, [1272053632], [11], 0, -(2**31), 2**31 - 1, mode=mode)
+    rb = numerics.requantize(b, [1073741824], [9], 0, -(2**31), 2**31 - 1, mode=mode)
+    total = numerics.saturate(ra + rb, 32)
+    ref = numerics.requantize(total, [1931095680], [52], 0, 0, 127, mode=mode)
+    steps = plan.prepared(f.op, mode).steps
+    assert [type(s.run) for s in steps] == [plan.PairTableStep]
+    # every pair, 100 per call (the last call wraps around to the first pairs)
+    pairs_a = np.resize(a, (a.size // 100 + 1) * 100)
+    pairs_b = np.resize(b, pairs_a.size)
+    expect = np.resize(ref, pairs_a.size)
+    for i in range(0, pairs_a.size, 100):
+        xa = pairs_a[i : i + 100].reshape(1, 4, 5, 5)
+        xb = pairs_b[i : i + 100].reshape(1, 4, 5, 5)
+        (y,) = run_function(f.op, [xa, xb], rounding=mode)
+        np.testing.assert_array_equal(y.reshape(-1), expect[i : i + 100])
 
 
 def test_zoo_plans_equal_the_op_by_op_loop(tmp_path):
@@ -159,3 +228,62 @@ def test_the_plan_is_cached_and_rebuilt_after_an_edit_in_place():
     requantize = next(iter(f.op.body.block.ops))
     requantize.properties["shift"] = DenseArrayBase.from_list(i64, [32])
     assert f(x).tolist() == [1, 1, -2, 100]  # x / 4 now
+
+
+ADD = """
+func.func @f(%x: tensor<2xsi32>, %z: tensor<2xsi32>) -> tensor<2xsi32> {
+  %y = hbir.add %x, %x : (tensor<2xsi32>, tensor<2xsi32>) -> tensor<2xsi32>
+  func.return %y : tensor<2xsi32>
+}
+"""
+
+
+def test_every_kind_of_edit_in_place_builds_a_new_plan():
+    """The cache test reads each op's successor, operands, properties and
+    attributes, and the block's arguments: each edit below must miss it."""
+    f = hbir.Module.parse(ADD)["f"]
+    block = f.op.body.block
+    add, ret = list(block.ops)
+    x, z = np.int32([1, 2]), np.int32([10, 20])
+
+    def fresh(edit) -> plan.Plan:
+        before = plan.prepared(f.op, "half_even")
+        assert plan.prepared(f.op, "half_even") is before  # unchanged: a hit
+        edit()
+        after = plan.prepared(f.op, "half_even")
+        assert after is not before
+        return after
+
+    assert f(x, z).tolist() == [2, 4]
+    fresh(lambda: add.operands.__setitem__(1, block.args[1]))  # an operand
+    assert f(x, z).tolist() == [11, 22]
+    dead = add.clone()
+    assert len(fresh(lambda: block.insert_op_before(dead, ret)).steps) == 2
+    assert len(fresh(lambda: block.erase_op(dead)).steps) == 1
+    first = add.clone()
+    fresh(lambda: block.insert_op_before(first, add))  # a new first op
+    fresh(lambda: block.erase_op(first))
+    fresh(lambda: add.attributes.__setitem__("note", f.op.sym_name))  # attribute
+    fresh(lambda: add.attributes.pop("note"))
+    fresh(lambda: block.insert_arg(block.args[0].type, 2))  # a block argument
+    assert f.op.__dict__["_hbir_plans"]["half_even"][1].args == tuple(block.args)
+
+
+def test_feed_follows_an_input_edited_in_place():
+    """``feed`` caches the signature it checks inputs against: an edit of the
+    function's inputs (here a transpose inserted) must show."""
+    f = hbir.Module.parse(
+        """
+func.func @f(%x: tensor<2x3xsi32>) -> tensor<2x3xsi32> {
+  %y = hbir.add %x, %x : (tensor<2x3xsi32>, tensor<2x3xsi32>) -> tensor<2x3xsi32>
+  func.return %y : tensor<2x3xsi32>
+}
+"""
+    )["f"]
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    assert f.feed({"_input_0": x})["_output_0"].tolist() == (2 * x).tolist()
+    f.inputs[0].insert_transpose([1, 0])
+    got = f.feed({"_input_0": np.ascontiguousarray(x.T)})["_output_0"]
+    assert got.tolist() == (2 * x).tolist()
+    with pytest.raises(hbir.FeedError, match=r"shape \(2, 3\), expected \(3, 2\)"):
+        f.feed({"_input_0": x})
