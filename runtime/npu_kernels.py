@@ -509,11 +509,6 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
     return f
 
 
-# The prepared keys that hold a constant operand's values (the weight, the bias):
-# the simulator drops them when the SRAM buffer no longer holds that constant.
-FROM_CONSTANTS = ("_packed", "_fused")
-
-
 def _fused_post(f: Fields, packed, x_dtype, bias) -> kernels.Requantizer | None:
     """A conv's exact sums (bounded by its weight codes) and post-process as one
     requantization (``kernels.fused_epilogue``), or None where a step of the

@@ -58,7 +58,7 @@ class _Step:
     ins: list[np.ndarray]
     outs: list[np.ndarray]
     out: tuple[tuple[int, ...], np.dtype]  # the first result's (shape, dtype)
-    # a handler's prepared state: the island, or the constant a packed weight is
+    # a handler's prepared state: a cpu_call's island
     extra: object = None
 
 
@@ -66,19 +66,8 @@ class _Step:
 
 
 def _compute(step: _Step) -> None:
-    """A compute opcode: the shared kernel, its result written to its buffer.
-
-    A weight (and bias) prepared from a constant (packed once, folded into the
-    fused requantization) is used only while the SRAM buffers the program
-    loaded them into still hold those constants, so a memory plan that
-    clobbered one still shows (the kernel then computes from what is there)."""
-    fields = step.fields
-    if step.extra is not None and not all(
-        np.array_equal(step.ins[i], value) for i, value in step.extra
-    ):
-        drop = npu_kernels.FROM_CONSTANTS
-        fields = {k: v for k, v in fields.items() if k not in drop}
-    y = npu_kernels.COMPUTE[step.name](fields, step.out, *step.ins)
+    """A compute opcode: the shared kernel, its result written to its buffer."""
+    y = npu_kernels.COMPUTE[step.name](step.fields, step.out, *step.ins)
     step.outs[0][...] = y
 
 
@@ -171,7 +160,12 @@ class FunctionSim:
         self.ddr = np.zeros(code.ddr_peak_bytes, np.uint8)
         self.sram = np.zeros(code.sram_peak_bytes, np.uint8)
         self.views = {key: self._view(b) for key, b in code.buffers.items()}
-        # SRAM buffers a dma_load fills from a constant: buffer id -> its value
+        # Buffers a dma_load filled from a constant and that no later
+        # instruction (so far, in program order) has written over: buffer id ->
+        # the constant. Only these are prepared from their values (a weight
+        # packed, a bias folded): the memory plan is static, so a plan that
+        # clobbers a weight before its use is seen here, once, and that conv
+        # then computes from the bytes that are really there.
         self.loaded: dict[int, np.ndarray] = {}
         self.steps = [self._prepare(i, ins) for i, ins in enumerate(code.instructions)]
 
@@ -214,21 +208,29 @@ class FunctionSim:
         if op.name == "cpu_call":
             island = self.islands[ins.fields["island"]]
             step.extra = _island(self.code, ins, island, where)
-        elif op.name == "dma_load" and ins.operands[0] in self.code.constants:
-            self.loaded[ins.results[0]] = self.code.constants[ins.operands[0]]
         elif op.name in npu_kernels.COMPUTE:
             operands = [
                 (b.shape, np.dtype(b.dtype), self.loaded.get(b.id))
                 for b in (self.code.buffers[k] for k in ins.operands)
             ]
             step.fields = npu_kernels.prepare(op.name, fields, out, operands)
-            if "_packed" in step.fields:  # the constants weight and bias must be
-                step.extra = [
-                    (i, value)
-                    for i, (_, _, value) in enumerate(operands)
-                    if i and value is not None
-                ]
+        self._forget_overwritten(ins.results)
+        if op.name == "dma_load" and ins.operands[0] in self.code.constants:
+            self.loaded[ins.results[0]] = self.code.constants[ins.operands[0]]
         return step
+
+    def _forget_overwritten(self, written: Sequence[int]) -> None:
+        """Drop the loaded constants whose bytes these results overlap."""
+        for key in written:
+            w = self.code.buffers[key]
+            for held in list(self.loaded):
+                b = self.code.buffers[held]
+                if (
+                    b.space == w.space
+                    and b.offset < w.offset + w.size
+                    and w.offset < b.offset + b.size
+                ):
+                    del self.loaded[held]
 
     def run(
         self, inputs: Sequence[np.ndarray], on_instruction: OnInstruction | None = None

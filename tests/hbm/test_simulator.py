@@ -158,6 +158,39 @@ def test_the_simulator_executes_the_memory_plan(tmp_path_factory):
         assert not np.array_equal(broken(*inputs), good)
 
 
+def test_constants_are_prepared_only_where_the_memory_plan_keeps_them(
+    tmp_path_factory,
+):
+    # With every SRAM buffer at offset 0, each load overwrites the weights loaded
+    # before it. A conv may use its weight packed (and bias folded) from the
+    # constant only if no write reached those bytes between load and use: the
+    # simulator must give exactly what computing from the SRAM bytes gives.
+    from hbir.hbm import HbmFunction
+
+    _, batches, hbm, _ = _compiled("resnet", tmp_path_factory)
+    code = hbm["forward"].code
+    collapsed = {
+        k: Buffer(b.id, b.space, 0, b.size, b.shape, b.dtype)
+        if b.space == "sram"
+        else b
+        for k, b in code.buffers.items()
+    }
+    broken_code = FunctionCode(**{**code.__dict__, "buffers": collapsed})
+    broken, truth = HbmFunction(broken_code), HbmFunction(broken_code)
+    for step in truth._sim.steps:  # every conv computes from the bytes in SRAM
+        step.fields = {
+            k: v for k, v in step.fields.items() if k not in ("_packed", "_fused")
+        }
+    for inputs in batches[:2]:
+        assert np.array_equal(broken(*inputs), truth(*inputs))
+
+    def prepared(f):
+        return sum("_fused" in s.fields for s in f._sim.steps)
+
+    # the intact program uses its constants; the collapsed one may not, mostly
+    assert prepared(broken) < prepared(hbm["forward"]) >= 5
+
+
 @pytest.mark.parametrize("name", ["resnet", "multi_io"])
 def test_a_program_tiled_for_a_tiny_sram_runs_tile_by_tile(name, tmp_path_factory):
     # With a quarter of the largest working set as SRAM (grown until tiling
