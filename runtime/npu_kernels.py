@@ -40,7 +40,7 @@ from xdsl.ir import Operation
 
 from hbir.dialects import npu
 from hbir.dialects.hbir import dense_array, numpy_dtype
-from hbir.runtime import integer_ops, kernels, numerics
+from hbir.runtime import integer_ops, kernels, numerics, requantizer
 from hbir.runtime.hbm_opcodes import NONE, lut_table
 
 _NCHW = (0, 3, 1, 2)
@@ -223,7 +223,7 @@ def _requantizers(f: Fields, ndim: int) -> tuple:
     bound = 1 << (f["acc_bits"] - 1)
     pre = None
     if f["pre_shift"] != NONE:
-        pre = kernels.Requantizer(
+        pre = requantizer.Requantizer(
             [1], [-f["pre_shift"]], 0, lo32, hi32,
             ndim=ndim, axis=None, mode=mode, acc_bound=bound,
         )  # fmt: skip
@@ -232,7 +232,7 @@ def _requantizers(f: Fields, ndim: int) -> tuple:
     if m is None:
         return pre, None
     lo, hi = f["clip"]
-    out = kernels.Requantizer(
+    out = requantizer.Requantizer(
         m, s, 0, lo, hi,
         ndim=ndim, axis=f["axis"] if m.size > 1 else None, mode=mode,
         acc_bound=bound,
@@ -356,7 +356,7 @@ def eltwise(f: Fields, out: Out, a, b) -> np.ndarray:
         lo32, hi32 = numerics.qrange(32)
         mode = f["rounding"]
         args = [
-            kernels.requantize(v, [m], [s], 0, lo32, hi32, None, mode)
+            requantizer.requantize(v, [m], [s], 0, lo32, hi32, None, mode)
             for v, m, s in zip(args, f["in_multiplier"], f["in_shift"], strict=True)
         ]
     y = _ELTWISE[f["kind"]](*(v.astype(np.int64) for v in args))
@@ -509,9 +509,9 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
     return f
 
 
-def _fused_post(f: Fields, packed, x_dtype, bias) -> kernels.Requantizer | None:
+def _fused_post(f: Fields, packed, x_dtype, bias) -> requantizer.Requantizer | None:
     """A conv's exact sums (bounded by its weight codes) and post-process as one
-    requantization (``kernels.fused_epilogue``), or None where a step of the
+    requantization (``requantizer.fused_epilogue``), or None where a step of the
     post-process may saturate or there is no requantization."""
     if f["multiplier"] is None:
         return None
@@ -522,7 +522,7 @@ def _fused_post(f: Fields, packed, x_dtype, bias) -> kernels.Requantizer | None:
         return None  # the raw sums would saturate to acc_bits
     factor = 1 if f["pre_shift"] == NONE else 1 << f["pre_shift"]
     lo, hi = f["clip"]
-    return kernels.fused_epilogue(
+    return requantizer.fused_epilogue(
         f["multiplier"], f["shift"], lo, hi, factor=factor,
         bias=inner if after is None else after, acc_bound=bound,
         ndim=4, axis=1, mode=f["rounding"],

@@ -37,6 +37,7 @@ from xdsl.ir import Operation, SSAValue
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import numpy_dtype
 from hbir.runtime import integer_ops, interpreter, kernels, numerics
+from hbir.runtime.requantizer import Requantizer, fused_gemm_output
 
 Run = Callable[..., tuple[np.ndarray, ...]]
 
@@ -220,7 +221,7 @@ class FusedGemmStep:
     add, requantize) as exact sums and one ``Requantizer`` with an offset."""
 
     sums: Callable[[np.ndarray], np.ndarray]
-    requantizer: kernels.Requantizer
+    requantizer: Requantizer
     out: np.dtype
 
     def __call__(self, x, *_constant_operands):
@@ -291,7 +292,7 @@ def _epilogue(steps: list[Step], i: int, reader, constants) -> tuple | None:
         "axis": axis,
         "acc_bound": gemm.run.bound,
     }
-    requantizer = kernels.Requantizer(**params)
+    requantizer = Requantizer(**params)
     if requantizer.path == "reference":
         return None
     run = FusedGemmStep(gemm.run.sums, requantizer, last.run.out)
@@ -504,7 +505,7 @@ class GemmStep:
 class RequantizeStep:
     """A prepared ``qnt.requantize`` (also a fused gemm epilogue's last step)."""
 
-    requantizer: kernels.Requantizer
+    requantizer: Requantizer
     out: np.dtype
 
     def __call__(self, x, *_constant_operands):
@@ -547,7 +548,7 @@ def _requantize(op: qnt.RequantizeOp, known, rounding) -> Run | None:
     if op.clip is not None:
         clip_lo, clip_hi = op.clip.get_values()
         lo, hi = max(lo, clip_lo), min(hi, clip_hi)
-    requantizer = kernels.Requantizer(
+    requantizer = Requantizer(
         op.multiplier.get_values(),
         op.shift.get_values(),
         op.zero.value.data,
@@ -648,7 +649,7 @@ def _exact_gemm(op, known, rounding, *, terms: int, axis: int) -> Run | None:
     ndim = len(op.results[0].type.get_shape())
     qmin, qmax = numerics.qrange(grids.out_bits)
     bound = _gemm_bound(x_dtype, qw, 0)
-    output = kernels.fused_gemm_output(
+    output = fused_gemm_output(
         req, bound, qmin, qmax, ndim=ndim, axis=axis % ndim, mode=rounding
     )
     x_inv = np.float32(1.0) / np.float32(grids.x_scale)

@@ -1,4 +1,5 @@
-"""runtime/kernels.py: every fast kernel equals the numerics reference bit for bit.
+"""runtime/kernels.py and runtime/requantizer.py: every fast kernel equals the
+numerics reference bit for bit.
 
 References: ``integer_ops`` with its numpy int64 engines, ``numerics.requantize``,
 ``numerics.gemm_output`` and ``numerics.fake_quant``, on random and edge-case data
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from hbir.runtime import integer_ops, kernels, numerics
+from hbir.runtime import integer_ops, kernels, numerics, requantizer
 
 torch.set_num_threads(1)
 
@@ -188,7 +189,7 @@ def test_requantize_equals_numerics(multiplier, shift, dtype, mode):
     axis = 1 if len(multiplier) > 1 else None
     for lo, hi, zero in [(-128, 127, 0), (-(2**31), 2**31 - 1, 0), (0, 127, -3)]:
         ref = numerics.requantize(acc, multiplier, shift, zero, lo, hi, axis, mode)
-        got = kernels.requantize(
+        got = requantizer.requantize(
             acc, multiplier, shift, zero, lo, hi, axis, mode, np.int64
         )
         np.testing.assert_array_equal(got, ref)
@@ -198,7 +199,7 @@ def test_requantize_equals_numerics(multiplier, shift, dtype, mode):
 def test_requantize_of_int64_input_takes_the_reference(mode):
     acc = np.array([2**40 + 3, -(2**45) - 1, 7], np.int64)
     ref = numerics.requantize(acc, [2**30], [20], 0, -(2**31), 2**31 - 1, None, mode)
-    got = kernels.requantize(acc, [2**30], [20], 0, -(2**31), 2**31 - 1, None, mode)
+    got = requantizer.requantize(acc, [2**30], [20], 0, -(2**31), 2**31 - 1, None, mode)
     np.testing.assert_array_equal(got, ref)
 
 
@@ -217,7 +218,7 @@ def test_fused_gemm_output_equals_gemm_output(fine, with_bias, mode):
     bias = RNG.integers(-(2**20), 2**20, channels) if with_bias else None
     req = numerics.GemmRequant(m, s, bias, fine)
     ref = numerics.gemm_output(acc, req, -128, 127, 1, mode)
-    fused = kernels.fused_gemm_output(
+    fused = requantizer.fused_gemm_output(
         req, acc_bound, -128, 127, ndim=4, axis=1, mode=mode
     )
     assert fused is not None
@@ -227,7 +228,7 @@ def test_fused_gemm_output_equals_gemm_output(fine, with_bias, mode):
 def test_fused_gemm_output_declines_when_a_step_may_saturate():
     req = numerics.GemmRequant(np.array([2**30]), np.array([31]), np.array([5]), 4)
     assert (
-        kernels.fused_gemm_output(
+        requantizer.fused_gemm_output(
             req, 2**28, -128, 127, ndim=2, axis=1, mode="half_even"
         )
         is None
@@ -309,7 +310,7 @@ def test_nearest_form_equals_numerics_on_every_accumulator_that_matters(seed, mo
         off = int(rng.integers(-(2**46), 2**46))
         zero = int(rng.choice([0, -3, 5]))
         bound = 2**22  # so that |acc m + off| < 2**62: no int64 fallback
-        r = kernels.Requantizer(
+        r = requantizer.Requantizer(
             [m], [s], zero, -128, 127, ndim=1, axis=None, mode=mode,
             acc_bound=bound, offset=[off],
         )  # fmt: skip
@@ -335,7 +336,7 @@ def test_nearest_form_refuses_a_tie_inside_the_output_range(near):
     m, s, acc0 = 2**39 - 1, 50, 29_000  # acc0 * m / 2**s ~ 14.2
     half = 1 << (s - 1)
     off = half + near - (acc0 * m) % (1 << s)  # acc0 m + off = 2**(s-1) + near
-    r = kernels.Requantizer(
+    r = requantizer.Requantizer(
         [m], [s], 0, -128, 127, ndim=1, axis=None, mode="half_up",
         acc_bound=2**22, offset=[off],
     )  # fmt: skip
@@ -364,7 +365,7 @@ def test_nearest_form_refuses_a_tie_inside_the_output_range(near):
 def test_requantizer_takes_the_fast_path_where_it_is_exact(multiplier, shift, path):
     """An int32 accumulator takes the int64 fast paths; only what they cannot do
     exactly falls back (so the equality tests above test the fast paths)."""
-    r = kernels.Requantizer(
+    r = requantizer.Requantizer(
         multiplier,
         shift,
         0,

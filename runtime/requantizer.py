@@ -1,0 +1,455 @@
+"""Requantization of exact integer sums, fast and bit for bit ``numerics.requantize``.
+
+``Requantizer`` prepares one op's requantization once (for the plans of
+``runtime/plan.py`` and the simulator's instructions) and computes it on every
+call by the cheapest form that provably gives the reference's integers:
+
+* int64 passes: the half-to-even rounding of ``p / 2**s`` is
+  ``(p + 2**(s-1) - 1 + bit_s(p)) >> s``;
+* float64, exactly, in fewer passes, where the bounds allow
+  (``Requantizer._float_form``);
+* float64 rounding to nearest, four passes, where float64 cannot hold the
+  product but no accumulator that matters lands near a rounding tie
+  (``_nearest_form`` proves it per channel by modular arithmetic);
+* a lookup in the table of every code's result, for 8- and 16-bit codes and
+  one multiplier.
+
+An optional per-channel ``offset`` folds a preceding bias add (and a left shift
+folded into the multiplier) into the same pass, valid when the caller has proved
+that none of the folded steps saturates (``fused_epilogue``).
+
+``tests/runtime/test_kernels.py`` checks every path against the reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from hbir.runtime import numerics
+
+
+def magnitude(dtype) -> int:
+    """The largest |code| of an integer dtype (128 for int8, 255 for uint8)."""
+    info = np.iinfo(dtype)
+    return max(-int(info.min), int(info.max))
+
+
+def _along(values, ndim: int, axis: int | None) -> np.ndarray:
+    values = np.asarray(values, np.int64).reshape(-1)
+    if axis is None or values.size == 1:
+        return values.reshape(())
+    shape = [1] * ndim
+    shape[axis] = values.size
+    return values.reshape(shape)
+
+
+class Requantizer:
+    """``numerics.requantize`` for one op, its parameters prepared once.
+
+    ``y = clamp(round((acc * multiplier + offset) / 2**shift) + zero, lo, hi)``
+    with per-channel arrays along ``axis`` of an ``ndim``-dimensional input, and
+    ``acc_bound`` the largest |acc| the caller can pass (by default the input
+    dtype's). ``offset`` (int64 per channel) is the caller's folded bias. Where
+    the fast form is not provably exact in int64 (mixed left and right shifts,
+    products near 2**62), it computes ``numerics.requantize`` itself.
+    """
+
+    def __init__(
+        self,
+        multiplier,
+        shift,
+        zero: int,
+        lo: int,
+        hi: int,
+        *,
+        ndim: int,
+        axis: int | None,
+        mode: str,
+        acc_bound: int,
+        offset=None,
+    ):
+        if mode not in numerics.ROUNDING_MODES:
+            raise ValueError(f"unknown rounding mode {mode!r}")
+        self.params = dict(
+            multiplier=multiplier, shift=shift, zero=zero, lo=lo, hi=hi, ndim=ndim
+        )
+        self.params.update(axis=axis, mode=mode, acc_bound=acc_bound, offset=offset)
+        m = np.asarray(multiplier, np.int64).reshape(-1)
+        s = np.asarray(shift, np.int64).reshape(-1)
+        self.zero, self.lo, self.hi, self.mode = int(zero), int(lo), int(hi), mode
+        self.reference = (m, s, axis)
+        off = None if offset is None else np.asarray(offset, np.int64).reshape(-1)
+        self.path = self._choose(m, s, off, acc_bound)
+        one = m.size == s.size == 1 and (off is None or off.size == 1)
+        self.per_tensor = one  # the same function of every element
+        self.tables = {} if one and acc_bound <= 2**15 else None
+        self.bound = acc_bound
+        if self.path == "right" and np.any(s == 0):
+            # p / 2**0 == 2p / 2**1: one rounding formula for every channel
+            unshifted = s == 0
+            m, s = np.where(unshifted, 2 * m, m), np.maximum(s, 1)
+            off = None if off is None else np.where(unshifted, 2 * off, off)
+        if self.path == "integer":
+            m = m >> s  # multiplier / 2**shift is an integer: no rounding at all
+        along = self._along = (ndim, None if m.size == s.size == 1 else axis)
+        self.m = _along(m, *along)
+        self.unit = bool(np.all(m == 1))
+        self.offset = None if off is None else _along(off, ndim, axis)
+        self.s = _along(s, *along)
+        if self.path == "right":
+            half = np.left_shift(np.int64(1), self.s - 1)
+            self.bias = half - 1 if mode == numerics.HALF_EVEN else half
+            exact = self._float_form(m, s, off)
+            nearest = (
+                None if exact else _nearest_form(m, s, off, zero, lo, hi, acc_bound)
+            )
+            if exact is not None:
+                self.path = "float"
+                along_f = (ndim, axis if exact[0].size > 1 else None)
+                self.a0, self.m_f, self.c_f = (along_float(a, *along_f) for a in exact)
+            elif nearest is not None:
+                self.path = "nearest"
+                along_f = (ndim, axis if nearest[0].size > 1 else None)
+                self.m_f, self.c_f = (along_float(a, *along_f) for a in nearest)
+                self.axis, self._torch = along_f[1], None
+        if self.path == "left":
+            left = -self.s
+            self.s = left
+            limit = np.left_shift(np.int64(1), 62 - left)
+            self.limit = (
+                None if acc_bound * int(np.max(m)) <= int(np.min(limit)) else limit
+            )
+
+    def _nearest_by_rows(self, acc: np.ndarray, out_dtype) -> np.ndarray:
+        """The nearest path over a large 4-D value, a few rows (axis 2) at a
+        time: the float64 temporaries of a block stay in the CPU's cache, where
+        the whole tensor's would make every pass a trip to memory. torch keeps
+        the operand's memory order (e.g. oneDNN's channels-last sums); its
+        ``round`` is float64 rounding to nearest-even like ``np.rint``."""
+        if self._torch is None:
+            self._torch = tuple(
+                torch.from_numpy(np.asarray(a)) for a in (self.m_f, self.c_f)
+            )
+        m_f, c_f = self._torch
+        x = torch.from_numpy(acc)
+        y = torch.empty_like(x, dtype=torch.from_numpy(np.empty(0, out_dtype)).dtype)
+        rows = max(1, NEAREST_BLOCK // max(1, acc.size // acc.shape[2]))
+        for r in range(0, acc.shape[2], rows):
+            v = x[:, :, r : r + rows] * m_f
+            v.add_(c_f).round_().clamp_(self.lo, self.hi)
+            y[:, :, r : r + rows] = v
+        return y.numpy()
+
+    def clamped(self, lo: int, hi: int) -> Requantizer:
+        """This requantization followed by a clamp to ``[lo, hi]``."""
+        params = self.params | {"lo": max(self.lo, lo), "hi": min(self.hi, hi)}
+        return Requantizer(**params)
+
+    def factor(self) -> int | None:
+        """``F`` when this computes ``clamp(acc * F, lo, hi)`` (one multiplier,
+        zero point 0, no rounding, no offset), else None."""
+        if self.zero or self.offset is not None or self.m.size != 1:
+            return None
+        if self.path == "integer" or (self.path == "left" and self.limit is None):
+            shift = 0 if self.path == "integer" else int(self.s)
+            return int(self.m) << shift
+        return None
+
+    def _float_form(self, m, s, off):
+        """Per channel ``(a0, m / 2**s, (a0 m + off) / 2**s)`` as float64 when
+        ``((acc - a0) * m + c) / 2**s`` is exact wherever it decides the result.
+
+        With ``a0`` the integer nearest ``-off / m``, ``|c| <= m / 2``. An
+        unsaturated result, and the first saturated one on either side, have
+        ``|p| <= (R + 1) 2**s + m`` (``R`` the largest ``|bound - zero|``), so
+        ``|(acc - a0) m| < 2**52`` there and every float64 step is exact; beyond,
+        every step is monotone, so the result saturates as the exact one does.
+        """
+        reach = max(abs(self.lo - self.zero), abs(self.hi - self.zero)) + 2
+        off = np.zeros(1, np.int64) if off is None else off
+        n = max(m.size, s.size, off.size)
+        a0, m_f, c_f = [], [], []
+        channels = (np.broadcast_to(v, (n,)) for v in (m, s, off))
+        for mc, sc, oc in zip(*channels, strict=True):
+            mc, sc, oc = int(mc), int(sc), int(oc)
+            a = 0 if mc == 0 else (2 * -oc + mc) // (2 * mc)  # round(-oc / mc)
+            c = a * mc + oc
+            if (reach << sc) + 2 * mc >= 2**52 or abs(a) >= 2**52 or abs(c) >= 2**52:
+                return None
+            a0.append(float(a))
+            m_f.append(mc * 2.0**-sc)
+            c_f.append(c * 2.0**-sc)
+        return np.array(a0), np.array(m_f), np.array(c_f)
+
+    @staticmethod
+    def _choose(m, s, off, acc_bound: int) -> str:
+        twice = np.where(s == 0, 2, 1)  # the s == 0 channels are doubled
+        top = acc_bound * int(np.max(twice * m, initial=0))
+        top += 0 if off is None else int(np.max(np.abs(twice * off), initial=0))
+        if top >= 2**62:
+            return "reference"
+        if off is None and np.all(s >= 0) and np.all(m % (np.int64(1) << s) == 0):
+            return "integer"
+        if np.all(s >= 0):
+            return "right"
+        if off is None and np.all(s <= 0):
+            return "left"
+        return "reference"
+
+    def __call__(self, acc: np.ndarray, out_dtype) -> np.ndarray:
+        if self.tables is not None and acc.dtype.kind in "iu" and acc.itemsize <= 2:
+            return self._by_table(acc, np.dtype(out_dtype))
+        return self._compute(acc, out_dtype)
+
+    def _by_table(self, acc: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+        """One requantization of 8- or 16-bit codes (one multiplier for all):
+        a lookup in the table of every code's result, computed once by the
+        same arithmetic."""
+        table = self.tables.get((acc.dtype, out_dtype))
+        if table is None:
+            info = np.iinfo(acc.dtype)
+            codes = np.arange(info.min, info.max + 1, dtype=np.int64)
+            table = self._compute(np.clip(codes, -self.bound, self.bound), out_dtype)
+            self.tables[acc.dtype, out_dtype] = table
+        perm = memory_order(acc)
+        flat = acc.transpose(perm)
+        if acc.dtype.kind == "i":  # code - min: flip the sign bit
+            unsigned = np.dtype(f"u{acc.itemsize}")
+            flat = flat.view(unsigned) ^ unsigned.type(1 << (8 * acc.itemsize - 1))
+        return np.take(table, flat).transpose(np.argsort(perm))
+
+    def _compute(self, acc: np.ndarray, out_dtype) -> np.ndarray:
+        if acc.dtype.kind == "f" and self.path not in ("nearest", "float"):
+            acc = acc.astype(np.int64)  # integers (float32 sums of conv2d_sums)
+        if self.path == "reference":
+            m, s, axis = self.reference
+            acc = np.asarray(acc, np.int64)
+            if self.offset is not None:
+                raise AssertionError("an offset requantizer must not fall back")
+            y = numerics.requantize(
+                acc, m, s, self.zero, self.lo, self.hi, axis, self.mode
+            )
+            return y.astype(out_dtype)
+        if self.path == "nearest":
+            if acc.ndim == 4 and acc.size >= NEAREST_BLOCK and self.axis != 2:
+                return self._nearest_by_rows(acc, out_dtype)
+            v = np.multiply(acc, self.m_f, dtype=np.float64)
+            v += self.c_f
+            np.rint(v, out=v)
+            y = np.empty_like(v, out_dtype)  # in v's memory order
+            np.clip(v, self.lo, self.hi, out=y, casting="unsafe")
+            return y
+        if self.path == "float":
+            v = np.subtract(acc, self.a0, dtype=np.float64)
+            v *= self.m_f
+            v += self.c_f
+            v = numerics.round_float(v, self.mode)
+            if self.zero:
+                v += self.zero
+            y = np.empty(v.shape, out_dtype)
+            np.clip(v, self.lo, self.hi, out=y, casting="unsafe")
+            return y
+        p = np.multiply(acc, self.m, dtype=np.int64)
+        if self.offset is not None:
+            p += self.offset
+        if self.path == "right":
+            if self.mode == numerics.HALF_EVEN:
+                odd = p >> self.s
+                odd &= 1
+                odd += self.bias
+                p += odd
+            else:
+                p += self.bias
+            p >>= self.s
+        elif self.path == "left":
+            if self.limit is not None:
+                np.clip(p, -self.limit, self.limit, out=p)
+            p <<= self.s
+        if self.zero:
+            p += self.zero
+        # clamp and narrow in one pass (every clamped value fits out_dtype)
+        y = np.empty(p.shape, out_dtype)
+        np.clip(p, self.lo, self.hi, out=y, casting="unsafe")
+        return y
+
+
+# Most requantizations of a 32-bit accumulator into 8 bits have 31-bit multipliers
+# and shifts near 48: ``acc * m`` needs ~56 bits, beyond float64's 53, so the
+# exact float form above does not apply and int64 needs eight passes. But an
+# error far below one output step only matters for accumulators whose exact
+# quotient lies within that error of a rounding tie, and those are few and
+# computable: ``acc * m + off`` must hit a narrow band of residues modulo
+# ``2**s``, a linear congruence with at most one solution class per residue.
+NEAREST_CANDIDATES = 1 << 15  # residues checked per channel before giving up
+NEAREST_BLOCK = 1 << 16  # elements per block of a large tensor (512 KiB of float64)
+
+
+def _nearest_form(m, s, off, zero, lo, hi, acc_bound):
+    """Per channel ``(m / 2**s, off / 2**s + zero)`` as float64 when
+    ``clamp(rint(acc * mf + cf), lo, hi)`` equals
+    ``clamp(round((acc m + off) / 2**s) + zero, lo, hi)`` for every integer
+    ``|acc| <= acc_bound``, in any rounding mode; else None.
+
+    With ``X = (acc m + off) / 2**s + zero``, float64 computes
+    ``v = fl(fl(acc mf) + cf)`` with ``|v - X| <= E``. Outside the window
+    ``X in [lo - 1.5, hi + 1.5]`` an error ``E < 1/2`` keeps ``rint(v)``
+    beyond the same bound, so both saturate alike. Inside, ``rint(v) == round(X)``
+    unless ``X`` lies within ``E`` of a half-integer (ties included), that is
+    unless ``acc m + off`` is within ``E 2**s`` of ``2**(s-1)`` modulo ``2**s``;
+    each such residue ``r`` is hit only by the accumulators
+    ``acc = (r - off) / 2**t * inv(m / 2**t)  (mod 2**(s-t))`` (``2**t`` the
+    power of two in ``m``), and none of them may lie in the window.
+    """
+    if acc_bound >= 2**52:
+        return None  # acc itself would not convert to float64 exactly
+    reach = max(abs(lo), abs(hi)) + 2
+    n = max(m.size, s.size, 1 if off is None else off.size)
+    off = np.zeros(n, np.int64) if off is None else off
+    m_f, c_f = [], []
+    for mc, sc, oc in zip(
+        *(np.broadcast_to(v, (n,)) for v in (m, s, off)), strict=True
+    ):
+        mc, sc, oc = int(mc), int(sc), int(oc)
+        if mc <= 0 or sc < 1 or (mc >> (mc & -mc).bit_length() - 1) >= 2**53:
+            return None  # m / 2**s must be exact in float64
+        c = (oc + (zero << sc)) / 2**sc  # correctly rounded (Python int division)
+        # |v - X| <= 2**-52 (|acc mf| + |cf|) + ulps: over every |acc| <= acc_bound,
+        # and in the window, where |acc mf| <= reach + |cf|
+        top = (acc_bound * mc >> sc) + 1
+        if (top + abs(c) + 2) * 2.0**-51 >= 0.5:
+            return None
+        band = math.ceil((reach + 2 * abs(c) + 4) * 2.0 ** (sc - 51))
+        if 2 * band + 1 > NEAREST_CANDIDATES or 2 * band + 1 >= 1 << sc:
+            return None
+        if _hits_tie_band(mc, sc, oc + (zero << sc), band, lo, hi, acc_bound):
+            return None
+        m_f.append(mc * 2.0**-sc)
+        c_f.append(c)
+    return np.array(m_f), np.array(c_f)
+
+
+def _hits_tie_band(m: int, s: int, off: int, band: int, lo, hi, acc_bound) -> bool:
+    """Whether some ``acc`` with ``(acc m + off) / 2**s in [lo - 1.5, hi + 1.5]``
+    and ``|acc| <= acc_bound`` has ``acc m + off`` within ``band`` of
+    ``2**(s-1)`` modulo ``2**s``."""
+    # the window, as accumulators (m > 0): ceil / floor of exact quotients
+    a_lo = max(-acc_bound, -((off - (2 * lo - 3) * 2 ** (s - 1)) // m))
+    a_hi = min(acc_bound, ((2 * hi + 3) * 2 ** (s - 1) - off) // m)
+    if a_lo > a_hi:
+        return False
+    t = min((m & -m).bit_length() - 1, s)
+    k = s - t
+    inverse = pow(m >> t, -1, 1 << 64)  # m >> t is odd
+    half = 1 << (s - 1)
+    r = np.arange(half - band, half + band + 1, dtype=np.int64)
+    d = (r - (off % (1 << s))) & ((1 << s) - 1)  # acc m = d (mod 2**s)
+    d = d[(d & ((1 << t) - 1)) == 0] >> t  # solvable: 2**t divides d
+    residue = (d.astype(np.uint64) * np.uint64(inverse)) & np.uint64((1 << k) - 1)
+    # the first accumulator of each class at or above a_lo
+    first = (residue.astype(np.int64) - a_lo) & ((1 << k) - 1)
+    return bool(np.any(first <= a_hi - a_lo))
+
+
+def requantize(
+    acc: np.ndarray,
+    multiplier,
+    shift,
+    zero_point: int,
+    qmin: int,
+    qmax: int,
+    axis: int | None = None,
+    mode: str = numerics.HALF_EVEN,
+    out_dtype=np.int64,
+) -> np.ndarray:
+    """``numerics.requantize``, fast (the parameters prepared on every call)."""
+    acc = np.asarray(acc)
+    bound = magnitude(acc.dtype) if acc.dtype != np.int64 else 2**62
+    r = Requantizer(
+        multiplier,
+        shift,
+        zero_point,
+        qmin,
+        qmax,
+        ndim=acc.ndim,
+        axis=axis,
+        mode=mode,
+        acc_bound=bound,
+    )
+    return r(acc, out_dtype)
+
+
+def fused_gemm_output(
+    req: numerics.GemmRequant,
+    acc_bound: int,
+    qmin: int,
+    qmax: int,
+    *,
+    ndim: int,
+    axis: int,
+    mode: str,
+) -> Requantizer | None:
+    """``numerics.gemm_output`` as one ``Requantizer``, or None where it may differ
+    (``fused_epilogue`` with the factor ``2**fine``)."""
+    if req.x_shift or req.w_shift:
+        return None  # operand codes shifted before the gemm: not this form
+    fine = 0 if req.fused_bias else req.fine
+    return fused_epilogue(
+        req.multiplier, req.shift, qmin, qmax, factor=1 << fine, bias=req.bias,
+        acc_bound=acc_bound, ndim=ndim, axis=axis, mode=mode,
+    )  # fmt: skip
+
+
+def fused_epilogue(
+    multiplier,
+    shift,
+    lo: int,
+    hi: int,
+    *,
+    factor: int,
+    bias,
+    acc_bound: int,
+    ndim: int,
+    axis: int,
+    mode: str,
+) -> Requantizer | None:
+    """A gemm's epilogue as one ``Requantizer``, or None where it may differ.
+
+    The epilogue: the exact sums ``acc`` (``|acc| <= acc_bound``) times the
+    integer ``factor`` (a left shift), plus ``bias`` (per channel along
+    ``axis``, or None), each step saturating to 32 bits, then requantized by
+    ``(multiplier, shift)`` and clamped to ``[lo, hi]``. When
+    ``acc_bound * factor + max|bias| < 2**31`` nothing saturates, and
+    ``(acc * factor + bias) * m == acc * (m factor) + bias * m`` exactly.
+    """
+    b = np.zeros(1, np.int64) if bias is None else np.asarray(bias, np.int64)
+    if acc_bound * factor + int(np.max(np.abs(b))) >= 2**31:
+        return None
+    m = np.asarray(multiplier, np.int64).reshape(-1)
+    s = np.asarray(shift, np.int64).reshape(-1)
+    channels = max(m.size, s.size, b.size)
+    m, s = (np.broadcast_to(v, (channels,)) for v in (m, s))
+    offset = None if bias is None else np.broadcast_to(b.reshape(-1), (channels,)) * m
+    r = Requantizer(
+        m * factor, s, 0, lo, hi, ndim=ndim, axis=axis, mode=mode,
+        acc_bound=acc_bound, offset=offset,
+    )  # fmt: skip
+    return None if r.path == "reference" else r
+
+
+def memory_order(x: np.ndarray) -> tuple[int, ...]:
+    """The axes of ``x`` from the slowest-varying in memory to the fastest:
+    ``x.transpose(order)`` is C-contiguous for any contiguous layout (NCHW,
+    channels-last), so elementwise work on it runs in memory order."""
+    return tuple(sorted(range(x.ndim), key=lambda a: -abs(x.strides[a])))
+
+
+def along_float(values, ndim: int, axis: int | None) -> np.ndarray:
+    values = np.asarray(values).reshape(-1)
+    if axis is None or values.size == 1:
+        return values.reshape(())
+    shape = [1] * ndim
+    shape[axis] = values.size
+    return values.reshape(shape)
