@@ -376,6 +376,7 @@ class PairTable:
         self.signed = tuple(np.dtype(d).kind == "i" for d in dtypes)
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = np.broadcast_arrays(a, b)  # fn broadcasts its operands alike
         order = memory_order(a)  # work in a's memory order
         a, b = a.transpose(order), b.transpose(order)
         index = _code_index(a, self.signed[0]).astype(np.uint16)

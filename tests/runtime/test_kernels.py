@@ -377,3 +377,25 @@ def test_requantizer_takes_the_fast_path_where_it_is_exact(multiplier, shift, pa
         acc_bound=2**31,
     )
     assert r.path == path
+
+
+# ------------------------------------------------------------------ pair tables
+
+
+@pytest.mark.parametrize("dtypes", [(np.int8, np.int8), (np.uint8, np.int8)])
+def test_pair_table_equals_its_function_on_broadcasts_and_layouts(dtypes):
+    def fn(a, b):
+        return np.clip(a.astype(np.int32) * 3 - b, -128, 127).astype(np.int8)
+
+    table = kernels.PairTable(fn, [np.dtype(d) for d in dtypes])
+    a, b = codes((2, 4, 5, 6), dtypes[0]), codes((2, 4, 5, 6), dtypes[1])
+    channels_last = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    for x, y in [
+        (a, b),
+        (channels_last, b),
+        (a, b[:, :, :1, :1]),  # one operand broadcast
+        (a[:1, :, :1], b),  # the first operand broadcast
+    ]:
+        got, ref = table(x, y), fn(x, y)
+        assert got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
