@@ -306,6 +306,8 @@ def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndar
         pixels = x[:, :, ::sh, ::sw].transpose(0, 2, 3, 1)  # NHWC view
         oh, ow = pixels.shape[1:3]
         cols = np.ascontiguousarray(pixels).reshape(-1, x.shape[1])
+        if not cols.flags.writeable:  # x itself (torch warns on read-only arrays)
+            cols = cols.copy()
         y = torch._int_mm(torch.from_numpy(cols), p.packed.t()).numpy()
         return y.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)  # channels last
     if p.method == "int_mm":

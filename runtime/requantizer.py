@@ -134,7 +134,7 @@ class Requantizer:
                 torch.from_numpy(np.asarray(a)) for a in (self.m_f, self.c_f)
             )
         m_f, c_f = self._torch
-        x = torch.from_numpy(acc)
+        x = torch.from_numpy(acc if acc.flags.writeable else acc.copy())
         y = torch.empty_like(x, dtype=torch.from_numpy(np.empty(0, out_dtype)).dtype)
         rows = max(1, NEAREST_BLOCK // max(1, acc.size // acc.shape[2]))
         for r in range(0, acc.shape[2], rows):
