@@ -82,46 +82,59 @@ class Requantizer:
         self.zero, self.lo, self.hi, self.mode = int(zero), int(lo), int(hi), mode
         self.reference = (m, s, axis)
         off = None if offset is None else np.asarray(offset, np.int64).reshape(-1)
-        self.path = self._choose(m, s, off, acc_bound)
+        self._path = self._choose(m, s, off, acc_bound)
+        self._pending = None
         one = m.size == s.size == 1 and (off is None or off.size == 1)
         self.per_tensor = one  # the same function of every element
         self.tables = {} if one and acc_bound <= 2**15 else None
         self.bound = acc_bound
-        if self.path == "right" and np.any(s == 0):
+        if self._path == "right" and np.any(s == 0):
             # p / 2**0 == 2p / 2**1: one rounding formula for every channel
             unshifted = s == 0
             m, s = np.where(unshifted, 2 * m, m), np.maximum(s, 1)
             off = None if off is None else np.where(unshifted, 2 * off, off)
-        if self.path == "integer":
+        if self._path == "integer":
             m = m >> s  # multiplier / 2**shift is an integer: no rounding at all
         along = self._along = (ndim, None if m.size == s.size == 1 else axis)
         self.m = _along(m, *along)
         self.unit = bool(np.all(m == 1))
         self.offset = None if off is None else _along(off, ndim, axis)
         self.s = _along(s, *along)
-        if self.path == "right":
+        if self._path == "right":
             half = np.left_shift(np.int64(1), self.s - 1)
             self.bias = half - 1 if mode == numerics.HALF_EVEN else half
             exact = self._float_form(m, s, off)
-            nearest = (
-                None if exact else _nearest_form(m, s, off, zero, lo, hi, acc_bound)
-            )
             if exact is not None:
-                self.path = "float"
+                self._path = "float"
                 along_f = (ndim, axis if exact[0].size > 1 else None)
                 self.a0, self.m_f, self.c_f = (along_float(a, *along_f) for a in exact)
-            elif nearest is not None:
-                self.path = "nearest"
-                along_f = (ndim, axis if nearest[0].size > 1 else None)
-                self.m_f, self.c_f = (along_float(a, *along_f) for a in nearest)
-                self.axis, self._torch = along_f[1], None
-        if self.path == "left":
+            else:  # proved (or not) when first needed: see ``path``
+                self._pending = (m, s, off, zero, lo, hi, acc_bound, ndim, axis)
+        if self._path == "left":
             left = -self.s
             self.s = left
             limit = np.left_shift(np.int64(1), 62 - left)
             self.limit = (
                 None if acc_bound * int(np.max(m)) <= int(np.min(limit)) else limit
             )
+
+    @property
+    def path(self) -> str:
+        """How this requantizer computes: ``integer``, ``left``, ``right``
+        (int64 passes), ``float`` (exact float64), ``nearest`` (certified
+        float64) or ``reference``. The ``nearest`` proof, the costly part of
+        preparing, runs on first use, so a requantizer that a plan fuses away
+        never pays for it."""
+        if self._pending is not None:
+            m, s, off, zero, lo, hi, acc_bound, ndim, axis = self._pending
+            self._pending = None
+            nearest = _nearest_form(m, s, off, zero, lo, hi, acc_bound)
+            if nearest is not None:  # (its arrays first: another thread may run)
+                along_f = (ndim, axis if nearest[0].size > 1 else None)
+                self.m_f, self.c_f = (along_float(a, *along_f) for a in nearest)
+                self.axis, self._torch = along_f[1], None
+                self._path = "nearest"
+        return self._path
 
     def _nearest_by_rows(self, acc: np.ndarray, out_dtype) -> np.ndarray:
         """The nearest path over a large 4-D value, a few rows (axis 2) at a
@@ -153,8 +166,8 @@ class Requantizer:
         zero point 0, no rounding, no offset), else None."""
         if self.zero or self.offset is not None or self.m.size != 1:
             return None
-        if self.path == "integer" or (self.path == "left" and self.limit is None):
-            shift = 0 if self.path == "integer" else int(self.s)
+        if self._path == "integer" or (self._path == "left" and self.limit is None):
+            shift = 0 if self._path == "integer" else int(self.s)
             return int(self.m) << shift
         return None
 
@@ -222,9 +235,10 @@ class Requantizer:
         return np.take(table, flat).transpose(np.argsort(perm))
 
     def _compute(self, acc: np.ndarray, out_dtype) -> np.ndarray:
-        if acc.dtype.kind == "f" and self.path not in ("nearest", "float"):
+        path = self.path
+        if acc.dtype.kind == "f" and path not in ("nearest", "float"):
             acc = acc.astype(np.int64)  # integers (float32 sums of conv2d_sums)
-        if self.path == "reference":
+        if path == "reference":
             m, s, axis = self.reference
             acc = np.asarray(acc, np.int64)
             if self.offset is not None:
@@ -233,7 +247,7 @@ class Requantizer:
                 acc, m, s, self.zero, self.lo, self.hi, axis, self.mode
             )
             return y.astype(out_dtype)
-        if self.path == "nearest":
+        if path == "nearest":
             if acc.ndim == 4 and acc.size >= NEAREST_BLOCK and self.axis != 2:
                 return self._nearest_by_rows(acc, out_dtype)
             v = np.multiply(acc, self.m_f, dtype=np.float64)
@@ -242,7 +256,7 @@ class Requantizer:
             y = np.empty_like(v, out_dtype)  # in v's memory order
             np.clip(v, self.lo, self.hi, out=y, casting="unsafe")
             return y
-        if self.path == "float":
+        if path == "float":
             v = np.subtract(acc, self.a0, dtype=np.float64)
             v *= self.m_f
             v += self.c_f
@@ -255,7 +269,7 @@ class Requantizer:
         p = np.multiply(acc, self.m, dtype=np.int64)
         if self.offset is not None:
             p += self.offset
-        if self.path == "right":
+        if path == "right":
             if self.mode == numerics.HALF_EVEN:
                 odd = p >> self.s
                 odd &= 1
@@ -264,7 +278,7 @@ class Requantizer:
             else:
                 p += self.bias
             p >>= self.s
-        elif self.path == "left":
+        elif path == "left":
             if self.limit is not None:
                 np.clip(p, -self.limit, self.limit, out=p)
             p <<= self.s
@@ -308,14 +322,15 @@ def _nearest_form(m, s, off, zero, lo, hi, acc_bound):
     reach = max(abs(lo), abs(hi)) + 2
     n = max(m.size, s.size, 1 if off is None else off.size)
     off = np.zeros(n, np.int64) if off is None else off
-    m_f, c_f = [], []
+    m_f, c_f, congruences = [], [], []
     for mc, sc, oc in zip(
         *(np.broadcast_to(v, (n,)) for v in (m, s, off)), strict=True
     ):
         mc, sc, oc = int(mc), int(sc), int(oc)
         if mc <= 0 or sc < 1 or (mc >> (mc & -mc).bit_length() - 1) >= 2**53:
             return None  # m / 2**s must be exact in float64
-        c = (oc + (zero << sc)) / 2**sc  # correctly rounded (Python int division)
+        oc += zero << sc
+        c = oc / 2**sc  # correctly rounded (Python int division)
         # |v - X| <= 2**-52 (|acc mf| + |cf|) + ulps: over every |acc| <= acc_bound,
         # and in the window, where |acc mf| <= reach + |cf|
         top = (acc_bound * mc >> sc) + 1
@@ -324,33 +339,50 @@ def _nearest_form(m, s, off, zero, lo, hi, acc_bound):
         band = math.ceil((reach + 2 * abs(c) + 4) * 2.0 ** (sc - 51))
         if 2 * band + 1 > NEAREST_CANDIDATES or 2 * band + 1 >= 1 << sc:
             return None
-        if _hits_tie_band(mc, sc, oc + (zero << sc), band, lo, hi, acc_bound):
-            return None
+        congruences.append(_tie_congruence(mc, sc, oc, band, lo, hi, acc_bound))
         m_f.append(mc * 2.0**-sc)
         c_f.append(c)
+    if _hits_tie_band(congruences):
+        return None
     return np.array(m_f), np.array(c_f)
 
 
-def _hits_tie_band(m: int, s: int, off: int, band: int, lo, hi, acc_bound) -> bool:
-    """Whether some ``acc`` with ``(acc m + off) / 2**s in [lo - 1.5, hi + 1.5]``
-    and ``|acc| <= acc_bound`` has ``acc m + off`` within ``band`` of
-    ``2**(s-1)`` modulo ``2**s``."""
+def _tie_congruence(m: int, s: int, off: int, band: int, lo, hi, acc_bound):
+    """One channel's tie band as a congruence on ``acc``: (the window of
+    accumulators whose result is within 1.5 of ``[lo, hi]``, ``2**(s-1)``, the
+    band, ``off mod 2**s``, ``2**t`` the power of two in ``m``, ``s``, the odd
+    ``m / 2**t``); None for an empty window."""
     # the window, as accumulators (m > 0): ceil / floor of exact quotients
     a_lo = max(-acc_bound, -((off - (2 * lo - 3) * 2 ** (s - 1)) // m))
     a_hi = min(acc_bound, ((2 * hi + 3) * 2 ** (s - 1) - off) // m)
     if a_lo > a_hi:
-        return False
+        return None
     t = min((m & -m).bit_length() - 1, s)
-    k = s - t
-    inverse = pow(m >> t, -1, 1 << 64)  # m >> t is odd
-    half = 1 << (s - 1)
-    r = np.arange(half - band, half + band + 1, dtype=np.int64)
-    d = (r - (off % (1 << s))) & ((1 << s) - 1)  # acc m = d (mod 2**s)
-    d = d[(d & ((1 << t) - 1)) == 0] >> t  # solvable: 2**t divides d
-    residue = (d.astype(np.uint64) * np.uint64(inverse)) & np.uint64((1 << k) - 1)
+    return a_lo, a_hi - a_lo, 1 << (s - 1), band, off % (1 << s), t, s, m >> t
+
+
+def _hits_tie_band(congruences) -> bool:
+    """Whether, in some channel, an ``acc`` of its window has ``acc m + off``
+    within its band of ``2**(s-1)`` modulo ``2**s`` (all channels at once:
+    one row of candidate residues per channel)."""
+    rows = [c for c in congruences if c is not None]
+    if not rows:
+        return False
+    a_lo, width, half, band, off, t, s, odd = (
+        np.array([row[i] for row in rows], np.uint64 if i == 7 else np.int64)[:, None]
+        for i in range(8)
+    )
+    inverse = odd.copy()  # right to 3 bits (odd * odd = 1 mod 8); Newton doubles
+    for _ in range(5):  # 3 -> 96 bits: the inverse modulo 2**64 (uint64 wraps)
+        inverse *= np.uint64(2) - odd * inverse
+    j = np.arange(-int(band.max()), int(band.max()) + 1, dtype=np.int64)[None, :]
+    d = (half + j - off) & ((1 << s) - 1)  # acc m = d (mod 2**s)
+    solvable = ((d & ((1 << t) - 1)) == 0) & (np.abs(j) <= band)
+    k_mask = (1 << (s - t)) - 1
+    residue = ((d >> t).astype(np.uint64) * inverse).astype(np.int64) & k_mask
     # the first accumulator of each class at or above a_lo
-    first = (residue.astype(np.int64) - a_lo) & ((1 << k) - 1)
-    return bool(np.any(first <= a_hi - a_lo))
+    first = (residue - a_lo) & k_mask
+    return bool(np.any(solvable & (first <= width)))
 
 
 def requantize(
