@@ -20,12 +20,15 @@ are against torch fp32 eager, and the issue's two targets are printed below each
 (``quantized.bc`` / ORT int8 <= 3, ``qat.bc`` / ``qat.pt`` <= 1.2).
 
 Then the per-op overhead of the interpreter on the tiny zoo models
-(``tests/zoo.py``): (feed time - time inside the plan's kernels) / steps.
+(``tests/zoo.py``): (feed time - time inside the plan's kernels) / steps, and,
+less noisy, feed's time per step with every kernel replaced by its precomputed
+results.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -185,11 +188,39 @@ def per_op_overhead(repeat: int) -> None:
                 )
                 ops = sum(1 for _ in f.op.body.block.ops) - 1
                 overhead = (total - kernel) / len(steps) * 1e6
+                alone = _overhead_alone(f, feed, prepared, inputs, repeat * 40)
                 print(
                     f"  {name:12} {stage:13} feed {total * 1e3:7.3f} ms, "
                     f"kernels {kernel * 1e3:7.3f} ms, {len(steps):3} steps "
-                    f"({ops} ops), {overhead:5.1f} µs/step"
+                    f"({ops} ops), {overhead:5.1f} µs/step; "
+                    f"kernels as constants {alone:4.1f} µs/step"
                 )
+
+
+def _overhead_alone(f, feed, prepared: plan.Plan, inputs, repeat: int) -> float:
+    """µs per step of ``feed`` with every kernel replaced by a function that
+    returns its results, computed beforehand: the overhead without the
+    difference of two noisy kernel timings (and with cache-warm bookkeeping)."""
+    env = prepared.env.copy()
+    env[: len(inputs)] = inputs
+    constant = []
+    for step in prepared.steps:
+        results = step.run(*[env[a] for a in step.args])
+        for slot, y in zip(step.outs, results, strict=True):
+            env[slot] = y
+        constant.append(dataclasses.replace(step, run=lambda *_, r=results: r))
+    real, prepared.steps = prepared.steps, tuple(constant)
+    try:
+        best = min(_seconds(lambda: f.feed(feed)) for _ in range(repeat))
+    finally:
+        prepared.steps = real
+    return best / len(constant) * 1e6
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def interleaved_best(a, b, repeat: int) -> tuple[float, float]:
