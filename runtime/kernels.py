@@ -9,7 +9,9 @@ faster.
 
 Exact sums
     int8 x int8 convs and gemms run on ``torch._int_mm`` (int32 accumulation,
-    VNNI), exact while ``terms * 2**14 < 2**31``. Other widths (int16, uint8, grouped
+    VNNI), exact while ``terms * 2**14 < 2**31``. A prepared large int8 / uint8
+    conv runs on oneDNN's int8 conv instead (``_onednn_sums``: float32 sums,
+    exact below 2**24, checked). Other widths (int16, uint8, grouped
     convs) use float32 torch kernels where every partial sum provably stays below
     2**24 (from the weight codes: ``max|x| * sum|w_c|``), float64 where it stays
     below 2**53, and numpy int64 (the reference engine) otherwise.

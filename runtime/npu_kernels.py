@@ -12,8 +12,11 @@ None for "none"); ``out`` is the result's (shape, numpy dtype).
 
 ``prepare(name, fields, out, operands)`` adds what a kernel would otherwise
 derive on every call, under keys starting with ``_``: the post-process's
-requantizers (``runtime/kernels.py``'s ``Requantizer``), a constant weight packed
-for the exact fast GEMMs, a segmented lookup table. The simulator prepares each
+requantizers (``runtime/requantizer.py``'s ``Requantizer``), a constant weight
+packed for the exact fast GEMMs, a conv's post-process fused into one
+requantization where nothing can saturate (``_fused``), an eltwise op of two
+8-bit operands as a table of every pair (``_pair``), a segmented lookup table.
+The simulator prepares each
 instruction once; the interpreter's kernels prepare on the call. Either way the
 same functions compute, so the numbers cannot differ.
 
