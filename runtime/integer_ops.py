@@ -218,11 +218,9 @@ def matmul(a, b, *, bits: int = ACC_BITS, engine=None) -> np.ndarray:
 # ------------------------------------------------------------------ pools
 
 
-def _windows(x, kernel, stride, pads, dilation, ceil_mode, fill):
-    """(N, C, OH, OW, KH, KW) windows of x padded with ``fill``, torch's sizes."""
+def pool_sizes(size, kernel, stride, pads, dilation, ceil_mode) -> tuple[int, int]:
+    """A pooling window's output (height, width) over ``size`` = (h, w), torch's."""
     t, lf, b, r = pads
-    n, c, h, w = x.shape
-    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
 
     def out_size(size, k, s, p0, p1, d):
         eff = d * (k - 1) + 1
@@ -232,8 +230,16 @@ def _windows(x, kernel, stride, pads, dilation, ceil_mode, fill):
             o -= 1
         return o
 
-    oh = out_size(h, kh, sh, t, b, dh)
-    ow = out_size(w, kw, sw, lf, r, dw)
+    (h, w), (kh, kw), (sh, sw), (dh, dw) = size, kernel, stride, dilation
+    return out_size(h, kh, sh, t, b, dh), out_size(w, kw, sw, lf, r, dw)
+
+
+def _windows(x, kernel, stride, pads, dilation, ceil_mode, fill):
+    """(N, C, OH, OW, KH, KW) windows of x padded with ``fill``, torch's sizes."""
+    t, lf, b, r = pads
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    oh, ow = pool_sizes((h, w), kernel, stride, pads, dilation, ceil_mode)
     need_h = (oh - 1) * sh + dh * (kh - 1) + 1
     need_w = (ow - 1) * sw + dw * (kw - 1) + 1
     extra_h = max(0, need_h - (h + t + b))

@@ -35,7 +35,13 @@ import torch.nn.functional as F
 from numpy.lib.stride_tricks import as_strided
 
 from hbir.runtime import integer_ops, numerics
-from hbir.runtime.requantizer import along_float, magnitude, memory_order
+from hbir.runtime.requantizer import (
+    ChannelBlocks,
+    along_float,
+    loops,
+    magnitude,
+    memory_order,
+)
 
 INT_MM_LIMIT = 2**31  # _int_mm accumulates in int32
 FLOAT32_LIMIT = 2**24  # float32 holds every integer below this exactly
@@ -256,11 +262,19 @@ def _onednn_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation, min_macs=
         w_scales, w_zeros, None, list(stride), list(geometry[1]), list(dilation),
         p.groups, 1.0, 0, torch.float32, "none", [], "",
     )  # fmt: skip
-    if magnitude(x.dtype) * p.channel_sum >= FLOAT32_LIMIT:
-        lo, hi = torch.aminmax(y)
-        if max(-float(lo), float(hi)) >= FLOAT32_LIMIT:
-            return None  # a sum float32 may have rounded: the exact path instead
-    return y.numpy()
+    y = y.numpy()
+    if magnitude(x.dtype) * p.channel_sum >= FLOAT32_LIMIT and _reaches(y):
+        return None  # a sum float32 may have rounded: the exact path instead
+    return y
+
+
+def _reaches(y: np.ndarray, limit: float = FLOAT32_LIMIT) -> bool:
+    """Whether some ``|y| >= limit`` (one compiled pass where there is one)."""
+    jit = loops()
+    if jit is not None:
+        return bool(jit.max_abs_at_least(y.transpose(memory_order(y)), limit))
+    lo, hi = torch.aminmax(torch.from_numpy(y))
+    return max(-float(lo), float(hi)) >= limit
 
 
 def _pointwise_channels_last(x: np.ndarray, p: PackedConv, pads) -> bool:
@@ -352,6 +366,18 @@ def max_pool2d(x, kernel, stride, padding, dilation, ceil_mode) -> np.ndarray:
     x = np.asarray(x)
     fill = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
     pads = integer_ops.pads4(padding)
+    jit = loops()
+    if jit is not None and x.dtype.kind in "iu" and x.ndim == 4:
+        # [B, H, W, C] in memory: channels-last as it is, NCHW as (N*C, H, W, 1)
+        n, c, h, w = x.shape
+        last = x.strides[1] == x.itemsize and c > 1
+        rows = x.transpose(0, 2, 3, 1) if last else x.reshape(n * c, h, w, 1)
+        rows = np.ascontiguousarray(rows)
+        window = (kernel, stride, pads, dilation, ceil_mode)
+        oh, ow = integer_ops.pool_sizes((h, w), *window)
+        y = np.empty((rows.shape[0], oh, ow, rows.shape[3]), x.dtype)
+        jit.max_pool(rows, *kernel, *stride, *dilation, *pads[:2], fill, y)
+        return y.transpose(0, 3, 1, 2) if last else y.reshape(n, c, oh, ow)
     # The reference's own windows (torch's output sizes): one source of truth.
     v, _, _ = integer_ops._windows(x, kernel, stride, pads, dilation, ceil_mode, fill)
     kh, kw = v.shape[-2:]
@@ -383,6 +409,15 @@ class PairTable:
         a, b = np.broadcast_arrays(a, b)  # fn broadcasts its operands alike
         order = memory_order(a)  # work in a's memory order
         a, b = a.transpose(order), b.transpose(order)
+        jit = loops()
+        if jit is not None and a.flags.c_contiguous and b.flags.c_contiguous:
+            y = np.empty(a.shape, self.table.dtype)
+            flips = (0x80 if s else 0 for s in self.signed)
+            jit.pair_lookup(
+                a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8),
+                *flips, self.table, y.reshape(-1),
+            )  # fmt: skip
+            return y.transpose(np.argsort(order))
         index = _code_index(a, self.signed[0]).astype(np.uint16)
         index <<= 8
         index |= _code_index(b, self.signed[1])
@@ -392,6 +427,35 @@ class PairTable:
 def _code_index(x: np.ndarray, signed: bool) -> np.ndarray:
     """8-bit codes as table rows 0..255 (int8: ``x + 128``, by its sign bit)."""
     return x.view(np.uint8) ^ np.uint8(0x80) if signed else x
+
+
+# ------------------------------------------------------------------ quantization
+
+
+class Quantizer:
+    """``numerics.quantize(x, ...).astype(dtype)`` for one op, its parameters
+    prepared once; float32 and float64 inputs in one compiled pass where there
+    is one (``jit_kernels.quantize_inner``: the same float arithmetic)."""
+
+    def __init__(self, scales, zeros, qmin: int, qmax: int, axis, mode, dtype):
+        self.reference = (scales, zeros, qmin, qmax, axis, mode)
+        self.dtype, self.axis = np.dtype(dtype), axis
+        scales = np.asarray(scales, np.float32).reshape(-1)
+        inv = (np.float32(1.0) / scales).astype(np.float32)
+        self.inv = {np.dtype(t): inv.astype(t) for t in (np.float32, np.float64)}
+        self.zp = np.asarray(zeros, np.float64).reshape(-1)
+        self.per_channel = max(scales.size, self.zp.size) > 1
+        self.half_up, self.lo, self.hi = mode == numerics.HALF_UP, qmin, qmax
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        jit = loops()
+        if jit is None or x.dtype not in self.inv or not x.size:
+            return numerics.quantize(x, *self.reference).astype(self.dtype)
+        blocks = ChannelBlocks(x, self.axis if self.per_channel else None)
+        y = blocks.empty(self.dtype)
+        inv = self.inv[x.dtype]
+        jit.quantize_inner(blocks.x, inv, self.zp, self.half_up, self.lo, self.hi, y)
+        return blocks.restore(y)
 
 
 # ------------------------------------------------------------------ fake quantization

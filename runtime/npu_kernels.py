@@ -246,8 +246,10 @@ def _requantizers(f: Fields, ndim: int) -> tuple:
 def post_process(f: Fields, acc: np.ndarray, dtype, bias=None) -> np.ndarray:
     """The fused steps after the exact value ``acc`` (int64, already saturated to
     ``acc_bits``); ``bias`` only when it is added after a ``pre_shift``."""
+    pre, out = f.get("_post") or _requantizers(f, acc.ndim)
+    if pre is None and out is not None:  # any integer codes: no int64 copy
+        return out(acc, dtype)
     y = np.asarray(acc, np.int64)
-    pre, out = f.get("_post") or _requantizers(f, y.ndim)
     if pre is not None:
         y = pre(y, np.int64)
         if bias is not None:
@@ -403,9 +405,9 @@ def pool(f: Fields, out: Out, x) -> np.ndarray:
     xt = np.transpose(x, _NCHW)
     kernel, stride, padding = f["kernel"], f["stride"], f["padding"]
     if f["kind"] == "max":
-        y = kernels.max_pool2d(
+        y = kernels.max_pool2d(  # codes: exact, within acc_bits
             xt, kernel, stride, padding, f["dilation"], f["ceil_mode"]
-        ).astype(np.int64)
+        )
     else:
         t, lf, b, r = padding
         if (t, lf) != (b, r):
@@ -510,6 +512,14 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
             lambda a, b: eltwise(plain, out, a, b), [d for _, d, _ in operands]
         )
     return f
+
+
+def operands_read(name: str, f: Fields, count: int) -> tuple[bool, ...]:
+    """Which of its ``count`` operands a prepared instruction reads: a conv with
+    a fused epilogue takes its weight and bias from their prepared forms."""
+    if name == "conv" and "_fused" in f:
+        return (True,) + (False,) * (count - 1)
+    return (True,) * count
 
 
 def _fused_post(f: Fields, packed, x_dtype, bias) -> requantizer.Requantizer | None:

@@ -133,6 +133,20 @@ def _island(code: FunctionCode, ins: Instruction, island, where: str):
     return f, rounding
 
 
+def _meets(spans: list[tuple[int, int]], r: tuple[int, int]) -> bool:
+    """Whether the byte range ``r`` meets one of ``spans``."""
+    return any(a < r[1] and r[0] < b for a, b in spans)
+
+
+def _minus(spans: list[tuple[int, int]], r: tuple[int, int]) -> list:
+    """``spans`` without the bytes of ``r``."""
+    out = []
+    for a, b in spans:
+        out += [(a, min(b, r[0]))] if a < r[0] else []
+        out += [(max(a, r[1]), b)] if b > r[1] else []
+    return out
+
+
 # The simulated memories are allocated up front: a (verified, but hostile)
 # file declaring a larger arena is refused rather than exhausting the host.
 MAX_ARENA_BYTES = 1 << 33
@@ -168,6 +182,10 @@ class FunctionSim:
         # then computes from the bytes that are really there.
         self.loaded: dict[int, np.ndarray] = {}
         self.steps = [self._prepare(i, ins) for i, ins in enumerate(code.instructions)]
+        # Without an observer, the loads whose bytes nothing reads (a weight
+        # only a prepared conv uses, from its packed copy) are skipped.
+        dead = self._unread_loads()
+        self.live = [(i, s) for i, s in enumerate(self.steps) if i not in dead]
 
     def _view(self, b: Buffer) -> np.ndarray:
         if b.space == "const":
@@ -222,15 +240,68 @@ class FunctionSim:
     def _forget_overwritten(self, written: Sequence[int]) -> None:
         """Drop the loaded constants whose bytes these results overlap."""
         for key in written:
-            w = self.code.buffers[key]
             for held in list(self.loaded):
-                b = self.code.buffers[held]
-                if (
-                    b.space == w.space
-                    and b.offset < w.offset + w.size
-                    and w.offset < b.offset + b.size
-                ):
+                if self._overlap(held, key):
                     del self.loaded[held]
+
+    def _overlap(self, a: int, b: int) -> bool:
+        """Whether buffers ``a`` and ``b`` share bytes."""
+        if a == b:
+            return True
+        x, y = self.code.buffers[a], self.code.buffers[b]
+        return (
+            x.space == y.space
+            and x.space in ("ddr", "sram")
+            and x.offset < y.offset + y.size
+            and y.offset < x.offset + x.size
+        )
+
+    def _span(self, key: int) -> tuple[str, int, int] | None:
+        """A buffer's (space, first byte, end) in an arena, or None."""
+        b = self.code.buffers[key]
+        if b.space not in ("ddr", "sram"):
+            return None
+        return b.space, b.offset, b.offset + b.size
+
+    def _unread_loads(self) -> set[int]:
+        """The ``dma_load``s of constants whose bytes no later instruction reads
+        before they are overwritten (nor are an output). Only the prepared reads
+        count: a conv with a fused epilogue does not read its weight."""
+        code, dead = self.code, set()
+        reads = [
+            [k for k, used in zip(ins.operands, self._reads(step), strict=True) if used]
+            for ins, step in zip(code.instructions, self.steps, strict=True)
+        ]
+        for i, ins in enumerate(code.instructions):
+            load = self.steps[i].name == "dma_load"
+            if not load or ins.operands[0] not in code.constants:
+                continue
+            span = self._span(ins.results[0])
+            if span is None or any(
+                self._overlap(ins.results[0], k) for k in code.output_buffers
+            ):
+                continue
+            space, left = span[0], [span[1:]]  # the loaded bytes still there
+            after = zip(reads[i + 1 :], code.instructions[i + 1 :], strict=True)
+            for later, written in after:
+                spans = [self._span(k) for k in later]
+                if any(s and s[0] == space and _meets(left, s[1:]) for s in spans):
+                    break  # read
+                for s in map(self._span, written.results):
+                    if s and s[0] == space:
+                        left = _minus(left, s[1:])
+                if not left:
+                    dead.add(i)
+                    break
+            else:
+                dead.add(i)
+        return dead
+
+    @staticmethod
+    def _reads(step: _Step) -> tuple[bool, ...]:
+        if step.name in npu_kernels.COMPUTE:
+            return npu_kernels.operands_read(step.name, step.fields, len(step.ins))
+        return (True,) * len(step.ins)
 
     def run(
         self, inputs: Sequence[np.ndarray], on_instruction: OnInstruction | None = None
@@ -241,7 +312,8 @@ class FunctionSim:
         code = self.code
         for key, x in zip(code.input_buffers, inputs, strict=True):
             self.views[key][...] = x
-        for i, step in enumerate(self.steps):
+        steps = enumerate(self.steps) if on_instruction is not None else self.live
+        for i, step in steps:
             try:
                 step.run(step)
             except NpuSimError:

@@ -23,12 +23,27 @@ that none of the folded steps saturates (``fused_epilogue``).
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 
 import numpy as np
 import torch
 
 from hbir.runtime import numerics
+
+
+@functools.cache
+def loops():
+    """``runtime/jit_kernels`` (compiled one-pass loops), or None where numba is
+    missing or ``HBIR_JIT=0``: then every path keeps its numpy form."""
+    if os.environ.get("HBIR_JIT", "1") == "0":
+        return None
+    try:
+        from hbir.runtime import jit_kernels
+    except ImportError:
+        return None
+    return jit_kernels
 
 
 def magnitude(dtype) -> int:
@@ -84,6 +99,7 @@ class Requantizer:
         off = None if offset is None else np.asarray(offset, np.int64).reshape(-1)
         self._path = self._choose(m, s, off, acc_bound)
         self._pending = None
+        self._flat = None  # the parameters as ``_compiled`` takes them
         one = m.size == s.size == 1 and (off is None or off.size == 1)
         self.per_tensor = one  # the same function of every element
         self.tables = {} if one and acc_bound <= 2**15 else None
@@ -155,6 +171,42 @@ class Requantizer:
             v.add_(c_f).round_().clamp_(self.lo, self.hi)
             y[:, :, r : r + rows] = v
         return y.numpy()
+
+    def _compiled(self, acc: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+        """This path's arithmetic as one compiled pass (``jit_kernels``), in
+        ``acc``'s memory order; the result has that memory order too."""
+        jit = loops()
+        if self._flat is None:
+            self._flat = self._flat_parameters()
+        params, channel_axis = self._flat
+        blocks = ChannelBlocks(acc, channel_axis)
+        x, y = blocks.x, blocks.empty(out_dtype)
+        half_up = self.mode == numerics.HALF_UP
+        if self._path == "nearest":
+            if blocks.channels_last and params[0].size > 1:
+                jit.nearest_last(x[..., 0], *params, self.lo, self.hi, y[..., 0])
+            else:
+                jit.nearest_inner(x, *params, self.lo, self.hi, y)
+        elif self._path == "float":
+            jit.float_inner(x, *params, self.zero, half_up, self.lo, self.hi, y)
+        else:
+            jit.right_inner(x, *params, self.zero, half_up, self.lo, self.hi, y)
+        return blocks.restore(y)
+
+    def _flat_parameters(self) -> tuple[tuple[np.ndarray, ...], int | None]:
+        """(this path's per-channel parameters as 1-D arrays in the order its
+        ``jit_kernels`` loop takes them, the channel axis or None)."""
+        if self._path == "nearest":
+            params = (self.m_f, self.c_f)
+        elif self._path == "float":
+            params = (self.a0, self.m_f, self.c_f)
+        else:
+            off = np.zeros(1, np.int64) if self.offset is None else self.offset
+            params = (self.m, off, self.s, self.bias)
+        dtype = np.float64 if self._path != "right" else np.int64
+        params = tuple(np.ascontiguousarray(np.reshape(p, -1), dtype) for p in params)
+        channels = max(p.size for p in params)
+        return params, (self.params["axis"] if channels > 1 else None)
 
     def clamped(self, lo: int, hi: int) -> Requantizer:
         """This requantization followed by a clamp to ``[lo, hi]``."""
@@ -236,6 +288,8 @@ class Requantizer:
 
     def _compute(self, acc: np.ndarray, out_dtype) -> np.ndarray:
         path = self.path
+        if path in ("nearest", "float", "right") and acc.size and loops():
+            return self._compiled(acc, np.dtype(out_dtype))
         if acc.dtype.kind == "f" and path not in ("nearest", "float"):
             acc = acc.astype(np.int64)  # integers (float32 sums of conv2d_sums)
         if path == "reference":
@@ -469,6 +523,32 @@ def fused_epilogue(
         acc_bound=acc_bound, offset=offset,
     )  # fmt: skip
     return None if r.path == "reference" else r
+
+
+class ChannelBlocks:
+    """``x`` in memory order as a C-contiguous ``[outer, C, inner]`` array ``x``
+    (``C`` the size of ``axis``, 1 for None): the layout of ``jit_kernels``'
+    per-channel loops. ``restore`` gives a result of that layout ``x``'s axes
+    back, keeping its memory order."""
+
+    def __init__(self, x: np.ndarray, axis: int | None):
+        self.perm = memory_order(x)
+        flat = np.ascontiguousarray(x.transpose(self.perm))
+        self.flat_shape = flat.shape
+        k = None if axis is None else self.perm.index(axis)
+        if k is None:
+            shape = (1, 1, flat.size)
+        else:
+            inner = math.prod(flat.shape[k + 1 :])
+            shape = (math.prod(flat.shape[:k]), flat.shape[k], inner)
+        self.x = flat.reshape(shape)
+        self.channels_last = shape[2] == 1 and shape[1] > 1
+
+    def empty(self, dtype) -> np.ndarray:
+        return np.empty(self.x.shape, dtype)
+
+    def restore(self, y: np.ndarray) -> np.ndarray:
+        return y.reshape(self.flat_shape).transpose(np.argsort(self.perm))
 
 
 def memory_order(x: np.ndarray) -> tuple[int, ...]:
