@@ -181,14 +181,44 @@ def test_constants_are_prepared_only_where_the_memory_plan_keeps_them(
         step.fields = {
             k: v for k, v in step.fields.items() if k not in ("_packed", "_fused")
         }
-    for inputs in batches[:2]:
-        assert np.array_equal(broken(*inputs), truth(*inputs))
+    for inputs in batches[:2]:  # (an observer: truth runs every load)
+        every = truth._sim.run(inputs, on_instruction=lambda *_: None)
+        assert np.array_equal(broken(*inputs), every[0])
 
     def prepared(f):
         return sum("_fused" in s.fields for s in f._sim.steps)
 
     # the intact program uses its constants; the collapsed one may not, mostly
     assert prepared(broken) < prepared(hbm["forward"]) >= 5
+
+
+def test_loads_that_nothing_reads_are_skipped_and_change_nothing(tmp_path_factory):
+    # A conv with a fused epilogue takes its weight and bias from their packed
+    # forms, so loading them into SRAM is dead work: without an observer the
+    # simulator skips those loads, with one it runs every instruction.
+    from hbir.hbm import HbmFunction
+
+    _, batches, hbm, _ = _compiled("resnet", tmp_path_factory)
+    code = hbm["forward"].code
+    sim = HbmFunction(code)._sim
+    skipped = set(range(len(sim.steps))) - {i for i, _ in sim.live}
+    fused = sum("_fused" in s.fields for s in sim.steps)
+    assert len(skipped) >= fused >= 5
+    for i in skipped:
+        assert sim.steps[i].name == "dma_load"
+        assert code.instructions[i].operands[0] in code.constants
+    for inputs in batches[:3]:
+        fast = sim.run(inputs)
+        every = sim.run(inputs, on_instruction=lambda *_: None)
+        assert all(np.array_equal(a, b) for a, b in zip(fast, every, strict=True))
+    for step in sim.steps:  # convs that read their weights from SRAM
+        step.fields.pop("_fused", None)
+    assert not sim._unread_loads() & {
+        i for i in skipped if any(
+            s.name == "conv" and code.instructions[i].results[0] in ins.operands
+            for s, ins in zip(sim.steps, code.instructions, strict=True)
+        )
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["resnet", "multi_io"])
