@@ -9,10 +9,10 @@ forms compute, operation for operation in the same float64 / int64 arithmetic
 reassociation), so they are bit for bit those forms; ``tests/runtime/test_jit.py``
 compares them on random and edge-case data.
 
-Every loop takes C-contiguous arrays in memory order: ``x[outer, C, inner]``
-with per-channel parameters of length ``C`` (length 1 broadcasts), or
-``x[outer, C]`` where the channel is the fastest axis (channels-last), so the
-innermost loop is the one that vectorises.
+Every loop takes flat C-contiguous arrays in memory order, seen as
+``x[outer, C, inner]`` (``shape``) with per-channel parameters of length ``C``
+(length 1 broadcasts), or as ``x[rows, C]`` where the channel is the fastest
+axis (channels-last); flat indices, so the innermost loop vectorises.
 
 numba is imported with this module, which ``requantizer`` and ``kernels`` import
 on first use (``loops()``); with numba missing or ``HBIR_JIT=0`` they keep their
@@ -37,74 +37,81 @@ def _round(v, half_up):
     return np.rint(v)
 
 
+# (Each loop takes a row view of its operand reshaped inside: numba then
+# vectorises the innermost loop, which it does not over two flat arguments.)
+
+
 @numba.njit(**_JIT)
 def nearest_last(acc, mf, cf, lo, hi, out):
-    """``clamp(rint(acc * mf[c] + cf[c]), lo, hi)`` of ``acc[p, c]``."""
-    rows, channels = acc.shape
+    """``clamp(rint(acc * mf[c] + cf[c]), lo, hi)``, channels fastest."""
+    channels = mf.size
+    rows = acc.size // channels
+    a, y = acc.reshape((rows, channels)), out.reshape((rows, channels))
     for p in range(rows):
+        ap, yp = a[p], y[p]
         for c in range(channels):
-            v = np.rint(acc[p, c] * mf[c] + cf[c])
-            out[p, c] = min(max(v, lo), hi)
+            yp[c] = min(max(np.rint(ap[c] * mf[c] + cf[c]), lo), hi)
 
 
 @numba.njit(**_JIT)
-def nearest_inner(acc, mf, cf, lo, hi, out):
+def nearest_inner(acc, shape, mf, cf, lo, hi, out):
     """``clamp(rint(acc * mf[c] + cf[c]), lo, hi)`` of ``acc[o, c, i]``."""
-    outer, channels, inner = acc.shape
-    for o in range(outer):
-        for c in range(channels):
+    a, y = acc.reshape(shape), out.reshape(shape)
+    for o in range(shape[0]):
+        for c in range(shape[1]):
             k = c if mf.size > 1 else 0
-            m, a = mf[k], cf[k]
-            for i in range(inner):
-                v = np.rint(acc[o, c, i] * m + a)
-                out[o, c, i] = min(max(v, lo), hi)
+            m, b, ai, yi = mf[k], cf[k], a[o, c], y[o, c]
+            for i in range(shape[2]):
+                yi[i] = min(max(np.rint(ai[i] * m + b), lo), hi)
 
 
 @numba.njit(**_JIT)
-def float_inner(acc, a0, mf, cf, zero, half_up, lo, hi, out):
+def float_inner(acc, shape, a0, mf, cf, zero, half_up, lo, hi, out):
     """``clamp(round((acc - a0[c]) * mf[c] + cf[c]) + zero, lo, hi)``."""
-    outer, channels, inner = acc.shape
-    for o in range(outer):
-        for c in range(channels):
+    a, y = acc.reshape(shape), out.reshape(shape)
+    for o in range(shape[0]):
+        for c in range(shape[1]):
             k = c if mf.size > 1 else 0
-            z, m, a = a0[k], mf[k], cf[k]
-            for i in range(inner):
-                v = _round((float(acc[o, c, i]) - z) * m + a, half_up) + zero
-                out[o, c, i] = min(max(v, lo), hi)
+            z, m, b, ai, yi = a0[k], mf[k], cf[k], a[o, c], y[o, c]
+            for i in range(shape[2]):
+                v = _round((float(ai[i]) - z) * m + b, half_up) + zero
+                yi[i] = min(max(v, lo), hi)
 
 
 @numba.njit(**_JIT)
-def right_inner(acc, m, off, s, bias, zero, half_up, lo, hi, out):
+def right_inner(acc, shape, m, off, s, bias, zero, half_up, lo, hi, out):
     """``clamp(((acc m[c] + off[c]) + bias[c] (+ odd bit)) >> s[c] + zero, lo, hi)``
     in int64: ``Requantizer``'s right-shift form."""
-    outer, channels, inner = acc.shape
-    for o in range(outer):
-        for c in range(channels):
+    a, y = acc.reshape(shape), out.reshape(shape)
+    for o in range(shape[0]):
+        for c in range(shape[1]):
             mk, ok = m[c if m.size > 1 else 0], off[c if off.size > 1 else 0]
             sk, bk = s[c if s.size > 1 else 0], bias[c if bias.size > 1 else 0]
-            for i in range(inner):
-                p = np.int64(acc[o, c, i]) * mk + ok
+            ai, yi = a[o, c], y[o, c]
+            for i in range(shape[2]):
+                p = np.int64(ai[i]) * mk + ok
                 if half_up:
                     p = (p + bk) >> sk
                 else:
                     p = (p + bk + ((p >> sk) & 1)) >> sk
-                out[o, c, i] = min(max(p + zero, lo), hi)
+                yi[i] = min(max(p + zero, lo), hi)
 
 
 @numba.njit(**_JIT)
-def quantize_inner(x, inv, zp, half_up, qmin, qmax, out):
+def quantize_inner(x, shape, inv, zp, half_up, qmin, qmax, out):
     """``numerics.quantize``: ``clamp(round(x * inv[c]) + zp[c], qmin, qmax)``, the
     product and its rounding in ``x``'s float type (``inv`` has it), NaN -> 0."""
-    outer, channels, inner = x.shape
-    for o in range(outer):
-        for c in range(channels):
+    a, y = x.reshape(shape), out.reshape(shape)
+    for o in range(shape[0]):
+        for c in range(shape[1]):
             k = c if inv.size > 1 else 0
             s, z = inv[k], zp[c if zp.size > 1 else 0]
-            for i in range(inner):
-                v = np.float64(_round(x[o, c, i] * s, half_up))
+            ai, yi = a[o, c], y[o, c]
+            for i in range(shape[2]):
+                v = np.float64(_round(ai[i] * s, half_up))
                 if v != v:
                     v = 0.0
-                out[o, c, i] = min(max(v + z, qmin), qmax)
+                yi[i] = min(max(v + z, qmin), qmax)
 
 
 @numba.njit(**_JIT)

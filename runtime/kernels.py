@@ -234,13 +234,17 @@ def _onednn_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation, min_macs=
     # oneDNN pads alike on both sides: uneven padding (a tile's edge) is
     # written into the input copy, as the code of 0, and oneDNN pads nothing
     inside = (t, lf) == (b, r)
-    geometry = (stride, (t, lf) if inside else (0, 0), dilation)
+    shape = (n, c, h, w) if inside else (n, c, h + t + b, w + lf + r)
+    # packed for this input shape: oneDNN's kernel for it takes the weight in
+    # the packed layout, where a shape-less packing is reordered on every call
+    geometry = (stride, (t, lf) if inside else (0, 0), dilation, shape)
     packed = p.onednn.get(geometry)
     if packed is None:
         packed = p.onednn[geometry] = (
             torch.ops.onednn.qconv_prepack(
                 torch.from_numpy(p.weight), torch.ones(o), 1.0, zero,
-                list(stride), list(geometry[1]), list(dilation), p.groups, None,
+                list(stride), list(geometry[1]), list(dilation), p.groups,
+                list(shape),
             ),
             torch.ones(o),
             torch.zeros(o, dtype=torch.int64),
@@ -454,7 +458,8 @@ class Quantizer:
         blocks = ChannelBlocks(x, self.axis if self.per_channel else None)
         y = blocks.empty(self.dtype)
         inv = self.inv[x.dtype]
-        jit.quantize_inner(blocks.x, inv, self.zp, self.half_up, self.lo, self.hi, y)
+        x, shape, lo, hi = blocks.x, blocks.shape, self.lo, self.hi
+        jit.quantize_inner(x, shape, inv, self.zp, self.half_up, lo, hi, y)
         return blocks.restore(y)
 
 

@@ -281,12 +281,15 @@ def _conv_engine(f: Fields):
     )
 
 
-def conv(f: Fields, out: Out, x, w, bias=None) -> np.ndarray:
+def conv(f: Fields, out: Out, x, w, bias=None, *, into=None) -> np.ndarray:
+    """(``into``: the result's buffer, which a prepared conv writes directly.)"""
     fused = f.get("_fused")
     if fused is not None:  # prepared: packed weight, one fused requantization
         pads = f["padding"]
         x = np.transpose(x, _NCHW)
         acc = kernels.conv2d_sums(x, f["_packed"], f["stride"], pads, f["dilation"])
+        if into is not None:
+            return np.transpose(fused(acc, out[1], np.transpose(into, _NCHW)), _NHWC)
         return np.transpose(fused(acc, out[1]), _NHWC)
     inner, after = _split_bias(f, bias)
     integer_ops.check_f64_exact(x, w, w.shape[1] * w.shape[2] * w.shape[3])

@@ -172,26 +172,28 @@ class Requantizer:
             y[:, :, r : r + rows] = v
         return y.numpy()
 
-    def _compiled(self, acc: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
+    def _compiled(self, acc: np.ndarray, out_dtype: np.dtype, into=None) -> np.ndarray:
         """This path's arithmetic as one compiled pass (``jit_kernels``), in
-        ``acc``'s memory order; the result has that memory order too."""
+        ``acc``'s memory order; the result has that memory order too (``into``,
+        if given, has it and is written)."""
         jit = loops()
         if self._flat is None:
             self._flat = self._flat_parameters()
         params, channel_axis = self._flat
         blocks = ChannelBlocks(acc, channel_axis)
-        x, y = blocks.x, blocks.empty(out_dtype)
-        half_up = self.mode == numerics.HALF_UP
+        x, shape = blocks.x, blocks.shape
+        y = blocks.empty(out_dtype) if into is None else blocks.flat_view(into)
+        half_up, lo, hi = self.mode == numerics.HALF_UP, self.lo, self.hi
         if self._path == "nearest":
             if blocks.channels_last and params[0].size > 1:
-                jit.nearest_last(x[..., 0], *params, self.lo, self.hi, y[..., 0])
+                jit.nearest_last(x, *params, lo, hi, y)
             else:
-                jit.nearest_inner(x, *params, self.lo, self.hi, y)
+                jit.nearest_inner(x, shape, *params, lo, hi, y)
         elif self._path == "float":
-            jit.float_inner(x, *params, self.zero, half_up, self.lo, self.hi, y)
+            jit.float_inner(x, shape, *params, self.zero, half_up, lo, hi, y)
         else:
-            jit.right_inner(x, *params, self.zero, half_up, self.lo, self.hi, y)
-        return blocks.restore(y)
+            jit.right_inner(x, shape, *params, self.zero, half_up, lo, hi, y)
+        return blocks.restore(y) if into is None else into
 
     def _flat_parameters(self) -> tuple[tuple[np.ndarray, ...], int | None]:
         """(this path's per-channel parameters as 1-D arrays in the order its
@@ -264,10 +266,29 @@ class Requantizer:
             return "left"
         return "reference"
 
-    def __call__(self, acc: np.ndarray, out_dtype) -> np.ndarray:
+    def __call__(self, acc: np.ndarray, out_dtype, into=None) -> np.ndarray:
+        """The requantized ``acc`` as ``out_dtype``; written into ``into`` (an
+        array of ``acc``'s shape) and returned as it when given."""
+        if into is not None and self._writes_into(acc, into):
+            return self._compiled(acc, into.dtype, into)
         if self.tables is not None and acc.dtype.kind in "iu" and acc.itemsize <= 2:
-            return self._by_table(acc, np.dtype(out_dtype))
-        return self._compute(acc, out_dtype)
+            y = self._by_table(acc, np.dtype(out_dtype))
+        else:
+            y = self._compute(acc, out_dtype)
+        if into is None:
+            return y
+        into[...] = y
+        return into
+
+    def _writes_into(self, acc: np.ndarray, into: np.ndarray) -> bool:
+        """Whether the compiled pass can write straight into ``into``: the same
+        shape and memory order as ``acc``, contiguous in it."""
+        if self.path not in ("nearest", "float", "right") or not acc.size:
+            return False
+        if into.shape != acc.shape or loops() is None:
+            return False
+        order = memory_order(acc)
+        return order == memory_order(into) and into.transpose(order).flags.c_contiguous
 
     def _by_table(self, acc: np.ndarray, out_dtype: np.dtype) -> np.ndarray:
         """One requantization of 8- or 16-bit codes (one multiplier for all):
@@ -526,10 +547,10 @@ def fused_epilogue(
 
 
 class ChannelBlocks:
-    """``x`` in memory order as a C-contiguous ``[outer, C, inner]`` array ``x``
-    (``C`` the size of ``axis``, 1 for None): the layout of ``jit_kernels``'
-    per-channel loops. ``restore`` gives a result of that layout ``x``'s axes
-    back, keeping its memory order."""
+    """``x`` in memory order, flat and C-contiguous (``x``), seen as
+    ``[outer, C, inner]`` (``shape``; ``C`` the size of ``axis``, 1 for None):
+    the layout of ``jit_kernels``' per-channel loops. ``restore`` gives a flat
+    result ``x``'s axes back, keeping its memory order."""
 
     def __init__(self, x: np.ndarray, axis: int | None):
         self.perm = memory_order(x)
@@ -537,15 +558,19 @@ class ChannelBlocks:
         self.flat_shape = flat.shape
         k = None if axis is None else self.perm.index(axis)
         if k is None:
-            shape = (1, 1, flat.size)
+            self.shape = (1, 1, flat.size)
         else:
             inner = math.prod(flat.shape[k + 1 :])
-            shape = (math.prod(flat.shape[:k]), flat.shape[k], inner)
-        self.x = flat.reshape(shape)
-        self.channels_last = shape[2] == 1 and shape[1] > 1
+            self.shape = (math.prod(flat.shape[:k]), flat.shape[k], inner)
+        self.x = flat.reshape(-1)
+        self.channels_last = self.shape[2] == 1 and self.shape[1] > 1
 
     def empty(self, dtype) -> np.ndarray:
-        return np.empty(self.x.shape, dtype)
+        return np.empty(self.x.size, dtype)
+
+    def flat_view(self, y: np.ndarray) -> np.ndarray:
+        """``y`` (laid out like ``x`` was) as the flat array ``restore`` takes."""
+        return y.transpose(self.perm).reshape(-1)
 
     def restore(self, y: np.ndarray) -> np.ndarray:
         return y.reshape(self.flat_shape).transpose(np.argsort(self.perm))

@@ -5,11 +5,20 @@ calibration -> one QAT step -> VALIDATION -> pre_export -> export -> convert -> 
 must all run, convert must leave no op on the CPU, and ``qat.bc`` must equal
 ``qat.export.pt`` and ``quantized.bc`` must equal ``qat.bc``, bit for bit (the
 numeric contract; ``python tests/models/survey.py [--level N]`` tabulates it).
+
+The cases share no work (every stage after the float model depends on the level),
+so they run in a pool of worker processes, one per core (at most two): each test
+waits for its own case and asserts its own figures.
 """
+
+import multiprocessing
+import os
+import warnings
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import torch
-from timm_suite import MODELS, Result, run_stages
+from timm_suite import MODELS, run_case
 
 torch.set_num_threads(1)
 
@@ -20,16 +29,40 @@ torch.set_num_threads(1)
 LEVELS = [(None, 5), (0, 1), (1, 1), (2, 1)]
 
 
+@pytest.fixture(scope="module")
+def cases(request, tmp_path_factory):
+    """The futures of every selected case of ``test_model_goes_through_every_stage``
+    by (name, level), submitted to the worker pool at its first test in test order
+    (so a worker meets a model's levels one after another and builds its float
+    model once)."""
+    selected = [
+        item.callspec.params
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_model_goes_through_every_stage"
+    ]
+    context = multiprocessing.get_context("spawn")  # torch is not fork-safe
+    futures = {}
+    with ProcessPoolExecutor(min(2, os.cpu_count() or 1), mp_context=context) as pool:
+        for p in selected:
+            out_dir = tmp_path_factory.mktemp(f"{p['name']}-{p['level']}")
+            futures[p["name"], p["level"]] = pool.submit(
+                run_case, p["name"], p["level"], p["inputs"], out_dir
+            )
+        yield futures
+        for future in futures.values():
+            future.cancel()  # after a failure with -x, no one waits for the rest
+
+
 @pytest.mark.parametrize(
     ("level", "inputs"), LEVELS, ids=["default", "level0", "level1", "level2"]
 )
 @pytest.mark.parametrize("name", list(MODELS))
-def test_model_goes_through_every_stage(name, level, inputs, tmp_path):
-    result = Result(name)
-    try:
-        run_stages(name, tmp_path, result, level=level, inputs=inputs)
-    except Exception as error:
-        raise AssertionError(f"{name} failed at {result.stage}: {error}") from error
+def test_model_goes_through_every_stage(name, level, inputs, cases):
+    result, error, caught = cases[name, level].result()
+    for message, category, filename, lineno in caught:
+        warnings.warn_explicit(message, category, filename, lineno)
+    if error is not None:
+        raise AssertionError(f"{name} failed at {result.stage}: {error}")
     assert result.stage == "ok"
     assert result.bc_vs_export_pt_diff == 0, "qat.bc differs from qat.export.pt"
     assert result.cpu_ops == []

@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import functools
 import sys
+import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,13 +137,16 @@ def run_stages(
     level: int | None = None,
     inputs: int = INPUTS,
     artifacts: dict | None = None,
+    compare_float: bool = True,
 ) -> Result:
     """Take ``name`` through every stage at consistency ``level`` (None: the
     default), updating ``result`` as it goes (so a caller that catches an exception
     knows the stage that raised). The example is one batch of ``inputs`` random
     inputs. ``artifacts`` (a dict) receives the stages and that batch: ``qat``,
     ``qat_export``, ``qat_bc``, ``quantized``, ``inputs`` and the output's
-    ``lsb``."""
+    ``lsb``. ``compare_float=False`` leaves out the float and VALIDATION forwards
+    whose only use is ``float_vs_qat_max_abs`` (a survey figure no test asserts;
+    export runs the VALIDATION forward on the example all the same)."""
     _, size, _ = MODELS[name]
     model = copy.deepcopy(float_model(name))
     g = torch.Generator().manual_seed(2)
@@ -154,8 +159,9 @@ def run_stages(
     example = batch()
 
     result.stage = "float"
-    with torch.no_grad():
-        float_out = model(example)
+    if compare_float:
+        with torch.no_grad():
+            float_out = model(example)
 
     result.stage = "prepare"
     ConsistencyStrategy.set_consistency_level(level)
@@ -185,9 +191,10 @@ def run_stages(
     result.stage = "validation"
     qat.eval()
     set_fake_quantize(qat, FakeQuantState.VALIDATION)
-    with torch.no_grad():
-        qat_out = qat(example)
-    result.float_vs_qat_max_abs = float((float_out - qat_out).abs().max())
+    if compare_float:
+        with torch.no_grad():
+            qat_out = qat(example)
+        result.float_vs_qat_max_abs = float((float_out - qat_out).abs().max())
 
     result.stage = "pre_export"
     qat_export = pre_export(qat)
@@ -217,6 +224,26 @@ def run_stages(
         result.quantized_vs_bc_lsb = max(result.quantized_vs_bc_lsb, diff)
     result.stage = "ok"
     return result
+
+
+def run_case(
+    name: str, level: int | None, inputs: int, out_dir
+) -> tuple[Result, str | None, list[tuple]]:
+    """``run_stages`` for the suite, in a worker process: the result, the traceback
+    of the exception that stopped it (None if none did) and the warnings raised
+    (message, category, file, line), all of which pickle back to the test."""
+    torch.set_num_threads(1)
+    result, error = Result(name), None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # each warning once per place, as pytest
+        try:
+            run_stages(
+                name, out_dir, result, level=level, inputs=inputs, compare_float=False
+            )
+        except Exception:
+            error = traceback.format_exc()
+    found = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+    return result, error, found
 
 
 def _output_fake_quant(qat):

@@ -229,3 +229,22 @@ def test_float32_range_check_finds_the_sums_that_may_have_rounded():
     assert not kernels._reaches(y)
     y[0, 3, 4, 4] = -(2.0**24)
     assert kernels._reaches(y) and kernels._reaches(y.transpose(0, 2, 3, 1))
+
+
+def test_requantizer_writes_into_the_callers_buffer():
+    """``into`` of the sums' memory order is written by the compiled pass itself;
+    any other layout still receives the same numbers."""
+    r = requantizer.Requantizer(
+        [2**31 - 1] * 4, [48] * 4, 0, -128, 127, ndim=4, axis=1,
+        mode=numerics.HALF_EVEN, acc_bound=2**24 - 1,
+    )  # fmt: skip
+    acc = RNG.integers(-(2**24) + 1, 2**24, (1, 5, 6, 4)).astype(np.float32)
+    acc = acc.transpose(0, 3, 1, 2)  # channels-last memory
+    ref = r(acc, np.int8)
+    same = np.zeros((1, 5, 6, 4), np.int8).transpose(0, 3, 1, 2)
+    other = np.zeros((1, 4, 5, 6), np.int8)  # NCHW memory
+    for into in (same, other):
+        got = r(acc, np.int8, into)
+        assert got is into
+        np.testing.assert_array_equal(into, ref)
+    assert r._writes_into(acc, same) and not r._writes_into(acc, other)
