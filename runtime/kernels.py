@@ -409,23 +409,38 @@ class PairTable:
         self.table = self.table.reshape(-1)
         self.signed = tuple(np.dtype(d).kind == "i" for d in dtypes)
 
-    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def __call__(self, a: np.ndarray, b: np.ndarray, into=None) -> np.ndarray:
+        """``fn(a, b)``; written into ``into`` (of the result's shape) and
+        returned as it when given."""
         a, b = np.broadcast_arrays(a, b)  # fn broadcasts its operands alike
         order = memory_order(a)  # work in a's memory order
         a, b = a.transpose(order), b.transpose(order)
         jit = loops()
         if jit is not None and a.flags.c_contiguous and b.flags.c_contiguous:
-            y = np.empty(a.shape, self.table.dtype)
+            target = None if into is None else into.transpose(order)
+            direct = (
+                target is not None
+                and target.flags.c_contiguous
+                and target.dtype == self.table.dtype
+            )
+            y = target if direct else np.empty(a.shape, self.table.dtype)
             flips = (0x80 if s else 0 for s in self.signed)
             jit.pair_lookup(
                 a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8),
                 *flips, self.table, y.reshape(-1),
             )  # fmt: skip
-            return y.transpose(np.argsort(order))
-        index = _code_index(a, self.signed[0]).astype(np.uint16)
-        index <<= 8
-        index |= _code_index(b, self.signed[1])
-        return np.take(self.table, index).transpose(np.argsort(order))
+            if direct:
+                return into
+        else:
+            index = _code_index(a, self.signed[0]).astype(np.uint16)
+            index <<= 8
+            index |= _code_index(b, self.signed[1])
+            y = np.take(self.table, index)
+        y = y.transpose(np.argsort(order))
+        if into is None:
+            return y
+        into[...] = y
+        return into
 
 
 def _code_index(x: np.ndarray, signed: bool) -> np.ndarray:

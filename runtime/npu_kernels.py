@@ -243,12 +243,13 @@ def _requantizers(f: Fields, ndim: int) -> tuple:
     return pre, out
 
 
-def post_process(f: Fields, acc: np.ndarray, dtype, bias=None) -> np.ndarray:
+def post_process(f: Fields, acc: np.ndarray, dtype, bias=None, into=None):
     """The fused steps after the exact value ``acc`` (int64, already saturated to
-    ``acc_bits``); ``bias`` only when it is added after a ``pre_shift``."""
+    ``acc_bits``); ``bias`` only when it is added after a ``pre_shift``; the
+    result written into ``into`` (of ``acc``'s shape) where given."""
     pre, out = f.get("_post") or _requantizers(f, acc.ndim)
     if pre is None and out is not None:  # any integer codes: no int64 copy
-        return out(acc, dtype)
+        return out(acc, dtype, into)
     y = np.asarray(acc, np.int64)
     if pre is not None:
         y = pre(y, np.int64)
@@ -355,10 +356,10 @@ _ELTWISE = {
 }
 
 
-def eltwise(f: Fields, out: Out, a, b) -> np.ndarray:
+def eltwise(f: Fields, out: Out, a, b, *, into=None) -> np.ndarray:
     pair = f.get("_pair")
     if pair is not None:  # prepared: the table of every pair of 8-bit codes
-        return pair(a, b)
+        return pair(a, b, into)
     args = [np.asarray(a), np.asarray(b)]
     if f["in_multiplier"]:
         lo32, hi32 = numerics.qrange(32)
@@ -371,8 +372,8 @@ def eltwise(f: Fields, out: Out, a, b) -> np.ndarray:
     return post_process(f, integer_ops.saturate(y, f["acc_bits"]), out[1])
 
 
-def rescale(f: Fields, out: Out, x) -> np.ndarray:
-    return post_process(f, np.asarray(x, np.int64), out[1])
+def rescale(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
+    return post_process(f, x, out[1], into=into)
 
 
 def reduce(f: Fields, out: Out, x) -> np.ndarray:
@@ -404,7 +405,7 @@ def lut_segmented(f: Fields, out: Out, x) -> np.ndarray:
 # ------------------------------------------------------------------ AAE
 
 
-def pool(f: Fields, out: Out, x) -> np.ndarray:
+def pool(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
     xt = np.transpose(x, _NCHW)
     kernel, stride, padding = f["kernel"], f["stride"], f["padding"]
     if f["kind"] == "max":
@@ -419,7 +420,7 @@ def pool(f: Fields, out: Out, x) -> np.ndarray:
             xt, kernel, stride, (t, lf), f["count_include_pad"], tuple(out[0][1:3])
         )
         y = integer_ops.saturate(y, f["acc_bits"])
-    return post_process(f, np.transpose(y, _NHWC), out[1])
+    return post_process(f, np.transpose(y, _NHWC), out[1], into=into)
 
 
 def resize(f: Fields, out: Out, x) -> np.ndarray:
@@ -463,6 +464,10 @@ def slice_(f: Fields, out: Out, x) -> np.ndarray:
 def move(f: Fields, out: Out, x) -> np.ndarray:
     return x
 
+
+# The kernels that take the result's buffer (``into=``) and may write it
+# themselves (returning it), saving the copy of their result.
+WRITES_INTO = frozenset({"conv", "eltwise", "rescale", "pool"})
 
 COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "conv": conv,

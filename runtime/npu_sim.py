@@ -71,10 +71,11 @@ def _compute(step: _Step) -> None:
     step.outs[0][...] = y
 
 
-def _conv(step: _Step) -> None:
-    """A conv: the kernel writes its result's buffer itself where it can."""
+def _compute_into(step: _Step) -> None:
+    """A compute opcode whose kernel writes its result's buffer itself where it
+    can (``npu_kernels.WRITES_INTO``)."""
     dst = step.outs[0]
-    y = npu_kernels.conv(step.fields, step.out, *step.ins, into=dst)
+    y = npu_kernels.COMPUTE[step.name](step.fields, step.out, *step.ins, into=dst)
     if y.__array_interface__ != dst.__array_interface__:  # not written in place
         dst[...] = y
 
@@ -99,13 +100,13 @@ def _cpu_call(step: _Step) -> None:
 
 
 HANDLERS: dict[str, Callable[[_Step], None]] = {
-    name: _compute for name in npu_kernels.COMPUTE
+    name: _compute_into if name in npu_kernels.WRITES_INTO else _compute
+    for name in npu_kernels.COMPUTE
 } | {
     "dma_load": _copy,
     "dma_store": _copy,
     "reshape": _copy,
     "cpu_call": _cpu_call,
-    "conv": _conv,
 }
 
 

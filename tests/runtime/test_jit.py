@@ -224,6 +224,14 @@ def test_pair_lookup_compiled_equals_numpy(dtypes, numpy_forms):
         np.testing.assert_array_equal(table(x, y), fn(x, y))
 
 
+def test_pair_lookup_writes_into_the_callers_buffer():
+    table = kernels.PairTable(np.subtract, [np.dtype(np.int8)] * 2)
+    a, b = layouts(RNG.integers(-128, 128, (2, 4, 5, 6)).astype(np.int8))[:2]
+    for into in layouts(np.zeros(a.shape, table.table.dtype)):
+        assert table(a, b, into) is into
+        np.testing.assert_array_equal(into, np.subtract(a, b))
+
+
 def test_float32_range_check_finds_the_sums_that_may_have_rounded():
     y = np.zeros((1, 4, 5, 5), np.float32)
     assert not kernels._reaches(y)
