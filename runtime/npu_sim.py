@@ -17,7 +17,9 @@ integer kernels (``runtime/npu_kernels.py``: the same code the interpreter runs
 for npu ops, built on ``runtime/numerics.py`` / ``runtime/integer_ops.py`` and
 ``runtime/kernels.py``'s exact fast GEMMs); ``cpu_call`` runs its island (HBIR)
 with the interpreter (``run_function``). Each tile is its own instruction and
-runs as such: no handler merges tiles into a whole layer.
+runs as such, with one exception that changes no number: output-channel tiles
+of a conv whose inputs are provably the same bytes share one call of the sums
+kernel (``runtime/npu_merge.py``), each requantizing its own channels.
 
 The program must have been verified (``hbir.hbm.verify``: the loader and the
 assembler do it); preparing a function (:class:`FunctionSim`) resolves every
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbir.errors import HbirError
-from hbir.runtime import npu_kernels
+from hbir.runtime import npu_kernels, npu_merge
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
 from hbir.runtime.hbm_program import Buffer, DebugEntry, FunctionCode, Instruction
 
@@ -192,8 +194,10 @@ class FunctionSim:
         # then computes from the bytes that are really there.
         self.loaded: dict[int, np.ndarray] = {}
         self.steps = [self._prepare(i, ins) for i, ins in enumerate(code.instructions)]
+        npu_merge.group_channel_tiles(self)
         # Without an observer, the loads whose bytes nothing reads (a weight
-        # only a prepared conv uses, from its packed copy) are skipped.
+        # only a prepared conv uses, from its packed copy; the input of a tile
+        # whose group summed it at its first tile) are skipped.
         dead = self._unread_loads()
         self.live = [(i, s) for i, s in enumerate(self.steps) if i not in dead]
 
@@ -274,17 +278,16 @@ class FunctionSim:
         return b.space, b.offset, b.offset + b.size
 
     def _unread_loads(self) -> set[int]:
-        """The ``dma_load``s of constants whose bytes no later instruction reads
-        before they are overwritten (nor are an output). Only the prepared reads
-        count: a conv with a fused epilogue does not read its weight."""
+        """The ``dma_load``s whose bytes no later instruction reads before they
+        are overwritten (nor are an output). Only the prepared reads count: a
+        conv with a fused epilogue does not read its weight."""
         code, dead = self.code, set()
         reads = [
             [k for k, used in zip(ins.operands, self._reads(step), strict=True) if used]
             for ins, step in zip(code.instructions, self.steps, strict=True)
         ]
         for i, ins in enumerate(code.instructions):
-            load = self.steps[i].name == "dma_load"
-            if not load or ins.operands[0] not in code.constants:
+            if self.steps[i].name != "dma_load":
                 continue
             span = self._span(ins.results[0])
             if span is None or any(
@@ -309,6 +312,9 @@ class FunctionSim:
 
     @staticmethod
     def _reads(step: _Step) -> tuple[bool, ...]:
+        tile = npu_merge.operands_read(step)
+        if tile is not None:
+            return tile
         if step.name in npu_kernels.COMPUTE:
             return npu_kernels.operands_read(step.name, step.fields, len(step.ins))
         return (True,) * len(step.ins)

@@ -11,6 +11,7 @@ descriptors and input errors are tested.
 import compile_models
 import numpy as np
 import pytest
+import torch
 
 import hbir
 from hbir.compile import compile_passes, run_passes
@@ -226,7 +227,95 @@ def test_a_program_tiled_for_a_tiny_sram_runs_tile_by_tile(name, tmp_path_factor
     # With a quarter of the largest working set as SRAM (grown until tiling
     # works), ops split into row tiles (with halo) or output-channel tiles; the
     # emitted program verifies and its tiles, run one by one, give quantized.bc.
+    quantized, batches, hbm, program, limit, largest = _tiny_sram_program(
+        name, tmp_path_factory
+    )
+    code = program.functions[0]
+    assert code.sram_peak_bytes <= limit < largest
+    assert len(code.instructions) > len(hbm["forward"].code.instructions)
+    tiled = hbir.Hbm(program)
+    for inputs in batches[:5]:
+        want = _reference(quantized["forward"], inputs)
+        got = _feed(tiled["forward"], inputs)
+        assert all(np.array_equal(got[k], w) for k, w in want.items())
+
+
+def test_channel_tiles_with_equal_inputs_share_one_sums_call(
+    tmp_path_factory, monkeypatch
+):
+    # Output-channel tiles of a conv load the same input: the simulator sums all
+    # their channels at the first tile and each tile requantizes its own. A tile
+    # whose input is loaded from elsewhere must not join the group.
+    from torch import nn
+    from zoo_stages import validated
+
+    from hbir.hbm import HbmFunction
+    from hbir.quantization import export
+    from hbir.runtime import npu_merge
+
+    torch.manual_seed(0)  # weights much larger than activations: channel tiles
+    net = nn.Sequential(
+        nn.Conv2d(8, 96, 3, padding=1), nn.ReLU(), nn.Conv2d(96, 96, 3, padding=1)
+    )
+    inputs = [torch.randn(1, 8, 6, 6) for _ in range(4)]
+    qat = validated(net, inputs, tmp_path_factory.mktemp("tiles"))
+    quantized = hbir.convert(export(qat, (inputs[0],)), "nash-e")
+    program, _, _ = _tiny_sram(quantized)
+    batches = [(torch.randn(1, 8, 6, 6).numpy(),) for _ in range(3)]
+    for inputs in batches:  # the tiled program is still quantized.bc
+        want = _reference(quantized["forward"], inputs)
+        got = _feed(hbir.Hbm(program)["forward"], inputs)
+        assert all(np.array_equal(got[k], w) for k, w in want.items())
+    code = program.functions[0]
+    sim = HbmFunction(code)._sim
+    tiles = [i for i, s in enumerate(sim.steps) if s.run is npu_merge.run_tile]
+    firsts = [i for i in tiles if sim.steps[i].extra[1]]
+    assert firsts and len(tiles) > len(firsts)
+    for inputs in batches[:3]:  # the grouped run against every step on its own
+        fast = sim.run(inputs)
+        monkeypatch.setattr(npu_merge, "group_channel_tiles", lambda sim: [])
+        alone = HbmFunction(code)._sim.run(inputs)
+        monkeypatch.undo()
+        assert all(np.array_equal(a, b) for a, b in zip(fast, alone, strict=True))
+
+    # the second tile of a group loads another value of the same shape
+    second = next(i for i in tiles if not sim.steps[i].extra[1])
+    x = code.instructions[second].operands[0]
+    load = max(
+        j for j in range(second) if x in code.instructions[j].results
+    )  # fmt: skip
+    source = code.buffers[code.instructions[load].operands[0]]
+    other = next(
+        b.id for b in code.buffers.values()
+        if (b.space, b.shape, b.dtype) == (source.space, source.shape, source.dtype)
+        and b.id != source.id
+    )  # fmt: skip
+    instructions = list(code.instructions)
+    ins = instructions[load]
+    instructions[load] = type(ins)(**{**ins.__dict__, "operands": (other,)})
+    changed = FunctionCode(**{**code.__dict__, "instructions": instructions})
+    broken = HbmFunction(changed)._sim
+    group = sim.steps[second].extra[0]
+    assert broken.steps[second].extra is None or broken.steps[second].extra[0] is not (
+        group
+    )
+    monkeypatch.setattr(npu_merge, "group_channel_tiles", lambda sim: [])
+    truth = HbmFunction(changed)._sim
+    monkeypatch.undo()
+    for inputs in batches[:2]:
+        got, want = broken.run(inputs), truth.run(inputs)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def _tiny_sram_program(name, tmp_path_factory):
+    """(quantized.bc, batches, its Hbm, the program compiled for a quarter of its
+    largest working set as SRAM (grown until tiling works), that SRAM, the
+    largest working set)."""
     quantized, batches, hbm, _ = _compiled(name, tmp_path_factory)
+    return quantized, batches, hbm, *_tiny_sram(quantized)
+
+
+def _tiny_sram(quantized):
     passes = compile_passes("nash-e")
     at = [p.name for p in passes].index("npu-tile")
     fused = quantized.clone()
@@ -249,11 +338,4 @@ def test_a_program_tiled_for_a_tiny_sram_runs_tile_by_tile(name, tmp_path_factor
         raise AssertionError(f"{place}: {what}")
 
     verify.verify_program(program, fail)
-    code = program.functions[0]
-    assert code.sram_peak_bytes <= limit < largest
-    assert len(code.instructions) > len(hbm["forward"].code.instructions)
-    tiled = hbir.Hbm(program)
-    for inputs in batches[:5]:
-        want = _reference(quantized["forward"], inputs)
-        got = _feed(tiled["forward"], inputs)
-        assert all(np.array_equal(got[k], w) for k, w in want.items())
+    return program, limit, largest
