@@ -250,6 +250,14 @@ def post_process(f: Fields, acc: np.ndarray, dtype, bias=None, into=None):
     pre, out = f.get("_post") or _requantizers(f, acc.ndim)
     if pre is None and out is not None:  # any integer codes: no int64 copy
         return out(acc, dtype, into)
+    if pre is None and acc.dtype.kind in "iu":  # a clamp only, in acc's dtype
+        info, (lo, hi) = np.iinfo(acc.dtype), f["clip"]
+        if lo > info.min or hi < info.max:
+            acc = np.clip(acc, max(lo, int(info.min)), min(hi, int(info.max)))
+        if into is None:
+            return acc.astype(dtype)
+        into[...] = acc
+        return into
     y = np.asarray(acc, np.int64)
     if pre is not None:
         y = pre(y, np.int64)

@@ -256,3 +256,25 @@ def test_requantizer_writes_into_the_callers_buffer():
         assert got is into
         np.testing.assert_array_equal(into, ref)
     assert r._writes_into(acc, same) and not r._writes_into(acc, other)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int64])
+@pytest.mark.parametrize("clip", [(-128, 127), (0, 127), (-5, 100)])
+def test_a_post_process_that_only_clamps_equals_the_int64_clamp(clip, dtype):
+    """(The simulator's pool / rescale without requantization: clamped in the
+    codes' own dtype, written into the result's buffer.)"""
+    from hbir.runtime import npu_kernels
+    from hbir.runtime.hbm_opcodes import NONE
+
+    f = dict(
+        clip=clip, pre_shift=NONE, multiplier=None, shift=None, rounding="half_even"
+    )
+    f.update(acc_bits=32, axis=1)
+    info = np.iinfo(dtype)
+    lo, hi = max(int(info.min), -(2**20)), min(int(info.max), 2**20)
+    acc = RNG.integers(lo, hi, (2, 3, 4, 5), endpoint=True).astype(dtype)
+    ref = np.clip(acc.astype(np.int64), *clip).astype(np.int8)
+    np.testing.assert_array_equal(npu_kernels.post_process(f, acc, np.int8), ref)
+    into = np.zeros(acc.shape, np.int8)
+    assert npu_kernels.post_process(f, acc, np.int8, into=into) is into
+    np.testing.assert_array_equal(into, ref)
