@@ -48,6 +48,11 @@ def loops():
 
 def magnitude(dtype) -> int:
     """The largest |code| of an integer dtype (128 for int8, 255 for uint8)."""
+    return _magnitude(np.dtype(dtype))
+
+
+@functools.cache
+def _magnitude(dtype: np.dtype) -> int:
     info = np.iinfo(dtype)
     return max(-int(info.min), int(info.max))
 
@@ -580,7 +585,12 @@ def memory_order(x: np.ndarray) -> tuple[int, ...]:
     """The axes of ``x`` from the slowest-varying in memory to the fastest:
     ``x.transpose(order)`` is C-contiguous for any contiguous layout (NCHW,
     channels-last), so elementwise work on it runs in memory order."""
-    return tuple(sorted(range(x.ndim), key=lambda a: -abs(x.strides[a])))
+    return _order(x.strides)
+
+
+@functools.lru_cache(maxsize=1024)
+def _order(strides: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(strides)), key=lambda a: -abs(strides[a])))
 
 
 def along_float(values, ndim: int, axis: int | None) -> np.ndarray:
