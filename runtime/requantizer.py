@@ -4,21 +4,26 @@
 ``runtime/plan.py`` and the simulator's instructions) and computes it on every
 call by the cheapest form that provably gives the reference's integers:
 
-* int64 passes: the half-to-even rounding of ``p / 2**s`` is
-  ``(p + 2**(s-1) - 1 + bit_s(p)) >> s``;
-* float64, exactly, in fewer passes, where the bounds allow
+* int64 (``right``, ``left``, ``integer``): the half-to-even rounding of
+  ``p / 2**s`` is ``(p + 2**(s-1) - 1 + bit_s(p)) >> s``;
+* float64, exactly (``float``), where the bounds allow
   (``Requantizer._float_form``);
-* float64 rounding to nearest, four passes, where float64 cannot hold the
+* float64 rounding to nearest (``nearest``), where float64 cannot hold the
   product but no accumulator that matters lands near a rounding tie
   (``_nearest_form`` proves it per channel by modular arithmetic);
 * a lookup in the table of every code's result, for 8- and 16-bit codes and
   one multiplier.
 
+The ``nearest``, ``float`` and ``right`` forms run as one compiled pass
+(``runtime/jit_kernels.py``, the same arithmetic) where numba is there, else as
+numpy passes.
+
 An optional per-channel ``offset`` folds a preceding bias add (and a left shift
 folded into the multiplier) into the same pass, valid when the caller has proved
 that none of the folded steps saturates (``fused_epilogue``).
 
-``tests/runtime/test_kernels.py`` checks every path against the reference.
+``tests/runtime/test_kernels.py`` checks every path against the reference,
+``tests/runtime/test_jit.py`` the compiled passes against both.
 """
 
 from __future__ import annotations
