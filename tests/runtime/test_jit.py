@@ -120,15 +120,23 @@ def test_requantizer_compiled_equals_numpy_and_numerics(
         np.testing.assert_array_equal(slow(a, out_dtype), ref)
 
 
+def channels_last_sums(shape):
+    """A conv epilogue's requantizer (31-bit multipliers, shift 48: the nearest
+    form) and float32 sums of NCHW ``shape`` in channels-last memory, as oneDNN
+    returns them."""
+    n, c, h, w = shape
+    r = requantizer.Requantizer(
+        [2**31 - 1] * c, [48] * c, 0, -128, 127, ndim=4, axis=1,
+        mode=numerics.HALF_EVEN, acc_bound=2**24 - 1,
+    )  # fmt: skip
+    acc = RNG.integers(-(2**24) + 1, 2**24, (n, h, w, c)).astype(np.float32)
+    return r, acc.transpose(0, 3, 1, 2)
+
+
 def test_float32_sums_take_the_compiled_nearest_path():
     """oneDNN's sums arrive as float32 channels-last: the compiled loop reads them
     as they are and keeps their memory order."""
-    r = requantizer.Requantizer(
-        [2**31 - 1] * 4, [48] * 4, 0, -128, 127, ndim=4, axis=1,
-        mode=numerics.HALF_EVEN, acc_bound=2**24 - 1,
-    )  # fmt: skip
-    acc = RNG.integers(-(2**24) + 1, 2**24, (1, 7, 7, 4)).astype(np.float32)
-    acc = acc.transpose(0, 3, 1, 2)  # NCHW view, channels-last memory
+    r, acc = channels_last_sums((1, 4, 7, 7))
     assert r.path == "nearest"
     got = r(acc, np.int8)
     ref = numerics.requantize(
@@ -243,12 +251,7 @@ def test_float32_range_check_finds_the_sums_that_may_have_rounded():
 def test_requantizer_writes_into_the_callers_buffer():
     """``into`` of the sums' memory order is written by the compiled pass itself;
     any other layout still receives the same numbers."""
-    r = requantizer.Requantizer(
-        [2**31 - 1] * 4, [48] * 4, 0, -128, 127, ndim=4, axis=1,
-        mode=numerics.HALF_EVEN, acc_bound=2**24 - 1,
-    )  # fmt: skip
-    acc = RNG.integers(-(2**24) + 1, 2**24, (1, 5, 6, 4)).astype(np.float32)
-    acc = acc.transpose(0, 3, 1, 2)  # channels-last memory
+    r, acc = channels_last_sums((1, 4, 5, 6))
     ref = r(acc, np.int8)
     same = np.zeros((1, 5, 6, 4), np.int8).transpose(0, 3, 1, 2)
     other = np.zeros((1, 4, 5, 6), np.int8)  # NCHW memory
