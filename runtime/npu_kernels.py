@@ -8,7 +8,9 @@ into ``runtime/interpreter.py``) call it with the op's fields, the simulator
 (``runtime/npu_sim.py``) with an instruction's, so the program after every
 compile pass, the interpreter and the ``.hbm`` program compute the same numbers
 by the same code. In ``fields``, a ``buffer``-kind field is an int64 array (or
-None for "none"); ``out`` is the result's (shape, numpy dtype).
+None for "none"); ``out`` is the result's (shape, numpy dtype). The kernels of
+``WRITES_INTO`` also take the result's buffer (``into=``) and, where the layout
+allows, write it themselves and return it (the simulator's SRAM: no copy).
 
 ``prepare(name, fields, out, operands)`` adds what a kernel would otherwise
 derive on every call, under keys starting with ``_``: the post-process's
