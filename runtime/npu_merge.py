@@ -107,14 +107,15 @@ def _origin(sim, i: int, key: int):
         ins = code.instructions[j]
         if not any(sim._overlap(key, k) for k in ins.results):
             continue
-        if sim.steps[j].name != "dma_load" or not _same_bytes(sim, ins.results[0], key):
+        if sim.steps[j].name != "dma_load" or not same_bytes(sim, ins.results[0], key):
             return None
         source = ins.operands[0]
         return source, _last_write(sim, j, source)
     return None
 
 
-def _same_bytes(sim, a: int, b: int) -> bool:
+def same_bytes(sim, a: int, b: int) -> bool:
+    """Whether buffers ``a`` and ``b`` are the same bytes seen alike."""
     x, y = sim.code.buffers[a], sim.code.buffers[b]
     return a == b or (
         (x.space, x.offset, x.shape, x.dtype) == (y.space, y.offset, y.shape, y.dtype)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbir.errors import HbirError
-from hbir.runtime import npu_kernels, npu_merge
+from hbir.runtime import npu_forward, npu_kernels, npu_merge
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
 from hbir.runtime.hbm_program import Buffer, DebugEntry, FunctionCode, Instruction
 
@@ -195,10 +195,20 @@ class FunctionSim:
         self.loaded: dict[int, np.ndarray] = {}
         self.steps = [self._prepare(i, ins) for i, ins in enumerate(code.instructions)]
         npu_merge.group_channel_tiles(self)
+        # the buffers each instruction reads (None: an operand it does not)
+        self.reads = reads = [
+            [
+                k if used else None
+                for k, used in zip(ins.operands, self._reads(step), strict=True)
+            ]
+            for ins, step in zip(code.instructions, self.steps, strict=True)
+        ]
+        npu_forward.forward_loads(self, reads)
         # Without an observer, the loads whose bytes nothing reads (a weight
         # only a prepared conv uses, from its packed copy; the input of a tile
-        # whose group summed it at its first tile) are skipped.
-        dead = self._unread_loads()
+        # whose group summed it at its first tile; a value its readers read
+        # where it was loaded from) are skipped.
+        dead = self._unread_loads(reads)
         self.live = [(i, s) for i, s in enumerate(self.steps) if i not in dead]
 
     def _view(self, b: Buffer) -> np.ndarray:
@@ -277,15 +287,11 @@ class FunctionSim:
             return None
         return b.space, b.offset, b.offset + b.size
 
-    def _unread_loads(self) -> set[int]:
+    def _unread_loads(self, reads: list[list[int | None]]) -> set[int]:
         """The ``dma_load``s whose bytes no later instruction reads before they
-        are overwritten (nor are an output). Only the prepared reads count: a
-        conv with a fused epilogue does not read its weight."""
+        are overwritten (nor are an output). Only the prepared reads count
+        (``reads``): a conv with a fused epilogue does not read its weight."""
         code, dead = self.code, set()
-        reads = [
-            [k for k, used in zip(ins.operands, self._reads(step), strict=True) if used]
-            for ins, step in zip(code.instructions, self.steps, strict=True)
-        ]
         for i, ins in enumerate(code.instructions):
             if self.steps[i].name != "dma_load":
                 continue
@@ -297,7 +303,7 @@ class FunctionSim:
             space, left = span[0], [span[1:]]  # the loaded bytes still there
             after = zip(reads[i + 1 :], code.instructions[i + 1 :], strict=True)
             for later, written in after:
-                spans = [self._span(k) for k in later]
+                spans = [self._span(k) for k in later if k is not None]
                 if any(s and s[0] == space and _meets(left, s[1:]) for s in spans):
                     break  # read
                 for s in map(self._span, written.results):
