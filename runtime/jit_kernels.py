@@ -153,3 +153,16 @@ def max_pool(x, kh, kw, sh, sw, dh, dw, top, left, fill, out):
                             continue
                         for c in range(channels):
                             out[b, oy, ox, c] = max(out[b, oy, ox, c], x[b, y, xx, c])
+
+
+@numba.njit(**_JIT)
+def copy4(src, dst):
+    """``dst[...] = src`` of two 4-d arrays of one shape, any strides, looping
+    over the axes in their order (the caller orders them for memory)."""
+    n0, n1, n2, n3 = dst.shape
+    for a in range(n0):
+        for b in range(n1):
+            for c in range(n2):
+                s, d = src[a, b, c], dst[a, b, c]
+                for i in range(n3):
+                    d[i] = s[i]

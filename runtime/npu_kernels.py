@@ -454,21 +454,30 @@ def resize(f: Fields, out: Out, x) -> np.ndarray:
 # ------------------------------------------------------------------ data movement
 
 
-def transpose(f: Fields, out: Out, x) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(x, tuple(f["perm"])))
+def transpose(f: Fields, out: Out, x, into=None) -> np.ndarray:
+    y = np.transpose(x, tuple(f["perm"]))
+    return np.ascontiguousarray(y) if into is None else kernels.copy_into(y, into)
 
 
 def reshape(f: Fields, out: Out, x) -> np.ndarray:
     return np.ascontiguousarray(x).reshape(out[0])
 
 
-def concat(f: Fields, out: Out, *xs) -> np.ndarray:
-    return np.concatenate(xs, axis=f["dim"])
+def concat(f: Fields, out: Out, *xs, into=None) -> np.ndarray:
+    if into is None:
+        return np.concatenate(xs, axis=f["dim"])
+    start, dim = 0, f["dim"]
+    for x in xs:
+        part = (slice(None),) * dim + (slice(start, start + x.shape[dim]),)
+        kernels.copy_into(x, into[part])
+        start += x.shape[dim]
+    return into
 
 
-def slice_(f: Fields, out: Out, x) -> np.ndarray:
+def slice_(f: Fields, out: Out, x, into=None) -> np.ndarray:
     bounds = zip(f["begin"], f["end"], f["step"], strict=True)
-    return np.ascontiguousarray(x[tuple(slice(b, e, s) for b, e, s in bounds)])
+    y = x[tuple(slice(b, e, s) for b, e, s in bounds)]
+    return np.ascontiguousarray(y) if into is None else kernels.copy_into(y, into)
 
 
 def move(f: Fields, out: Out, x) -> np.ndarray:
@@ -477,7 +486,9 @@ def move(f: Fields, out: Out, x) -> np.ndarray:
 
 # The kernels that take the result's buffer (``into=``) and may write it
 # themselves (returning it), saving the copy of their result.
-WRITES_INTO = frozenset({"conv", "eltwise", "rescale", "pool"})
+WRITES_INTO = frozenset(
+    {"conv", "eltwise", "rescale", "pool", "transpose", "concat", "slice"}
+)
 
 COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "conv": conv,

@@ -195,14 +195,8 @@ class FunctionSim:
         self.loaded: dict[int, np.ndarray] = {}
         self.steps = [self._prepare(i, ins) for i, ins in enumerate(code.instructions)]
         npu_merge.group_channel_tiles(self)
-        # the buffers each instruction reads (None: an operand it does not)
-        self.reads = reads = [
-            [
-                k if used else None
-                for k, used in zip(ins.operands, self._reads(step), strict=True)
-            ]
-            for ins, step in zip(code.instructions, self.steps, strict=True)
-        ]
+        # the buffers each instruction reads, after forwarding: its sources
+        self.reads = reads = self._buffers_read()
         npu_forward.forward_loads(self, reads)
         # Without an observer, the loads whose bytes nothing reads (a weight
         # only a prepared conv uses, from its packed copy; the input of a tile
@@ -246,6 +240,10 @@ class FunctionSim:
             [self.views[k] for k in ins.results],
             out,
         )
+        if op.name in npu_kernels.WRITES_INTO and any(
+            self._overlap(r, k) for r in ins.results for k in ins.operands
+        ):  # an instruction reads its operands, then writes: no writing into
+            step.run = _compute
         where = f"@{self.code.name}: instruction {index} ({op.name})"
         if op.name == "cpu_call":
             island = self.islands[ins.fields["island"]]
@@ -315,6 +313,17 @@ class FunctionSim:
             else:
                 dead.add(i)
         return dead
+
+    def _buffers_read(self) -> list[list[int | None]]:
+        """The buffers each instruction reads, by operand (None: an operand
+        it does not read, as prepared)."""
+        return [
+            [
+                k if used else None
+                for k, used in zip(ins.operands, self._reads(step), strict=True)
+            ]
+            for ins, step in zip(self.code.instructions, self.steps, strict=True)
+        ]
 
     @staticmethod
     def _reads(step: _Step) -> tuple[bool, ...]:

@@ -283,3 +283,34 @@ def test_a_post_process_that_only_clamps_equals_the_int64_clamp(clip, dtype):
     into = np.zeros(acc.shape, np.int8)
     assert npu_kernels.post_process(f, acc, np.int8, into=into) is into
     np.testing.assert_array_equal(into, ref)
+
+
+# ------------------------------------------------------------------ data movement
+
+
+@pytest.mark.parametrize(
+    "shape, perm",
+    [
+        ((1, 3, 9, 10), (0, 2, 3, 1)),  # NCHW -> NHWC of 3 channels: x's order
+        ((1, 5, 7, 40), (0, 3, 1, 2)),  # NHWC -> NCHW
+        ((2, 3, 4, 5), (3, 1, 0, 2)),
+        ((6, 17), (1, 0)),  # fewer than 4 dims
+        ((4, 5, 6), (2, 0, 1)),
+        ((1, 4, 6, 32), (0, 1, 2, 3)),  # same order: numpy's copy
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.int32, np.float32])
+def test_copy_into_equals_numpy_copy(shape, perm, dtype, numpy_forms):
+    src = RNG.integers(-100, 100, shape).astype(dtype)
+    view = src.transpose(perm)
+    results = []
+    for switch in (lambda: None, numpy_forms):
+        switch()
+        into = np.full(view.shape, 7, dtype)
+        assert kernels.copy_into(view, into) is into
+        results.append(into)
+    want = np.ascontiguousarray(view)
+    assert all(np.array_equal(r, want) for r in results)
+    strided = np.zeros(view.shape[:-1] + (2 * view.shape[-1],), dtype)[..., ::2]
+    kernels.copy_into(view, strided)  # into a strided destination
+    assert np.array_equal(strided, want)
