@@ -120,6 +120,40 @@ def test_requantizer_compiled_equals_numpy_and_numerics(
         np.testing.assert_array_equal(slow(a, out_dtype), ref)
 
 
+@pytest.mark.parametrize(
+    "out_dtype",
+    [np.int8, np.uint8, np.int16, np.int32, np.int64, np.float32, np.float64],
+)
+def test_nearest_rounds_half_to_even_and_clamps_in_every_width(out_dtype):
+    # The nearest loops round integer results of up to 32 bits by adding
+    # 1.5 * 2**52: every half-integer, both sides of every bound, huge values
+    # and the largest float64 against np.rint and np.clip, in every width.
+    from hbir.runtime import jit_kernels
+
+    if np.dtype(out_dtype).kind == "f":  # (a fake quantization's codes)
+        lo, hi = -1000.0, 3000.0
+    else:
+        info = np.iinfo(out_dtype)
+        lo, hi = float(max(info.min, -(2**62))), float(min(info.max, 2**62))
+    v = np.concatenate(
+        [
+            np.arange(-600, 600) / 2,
+            np.array([lo, hi]) + np.arange(-8, 9)[:, None] / 4,
+            [2.0**52 + 1, -(2.0**53), 1e300, -1e300, np.finfo(np.float64).max],
+        ],
+        axis=None,
+    )
+    v = np.concatenate([v, RNG.uniform(-(2.0**40), 2.0**40, 500)])
+    want = np.clip(np.rint(v), lo, hi).astype(out_dtype)
+    ones, zeros = np.ones(1), np.zeros(1)
+    got = np.empty(v.size, out_dtype)
+    jit_kernels.nearest_inner(v, (1, 1, v.size), ones, zeros, lo, hi, got)
+    np.testing.assert_array_equal(got, want)
+    rows = np.empty((v.size, 1), out_dtype)
+    jit_kernels.nearest_last(v[:, None], ones, zeros, lo, hi, rows)
+    np.testing.assert_array_equal(rows[:, 0], want)
+
+
 def channels_last_sums(shape):
     """A conv epilogue's requantizer (31-bit multipliers, shift 48: the nearest
     form) and float32 sums of NCHW ``shape`` in channels-last memory, as oneDNN
