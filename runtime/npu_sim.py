@@ -197,12 +197,12 @@ class FunctionSim:
         npu_merge.group_channel_tiles(self)
         # the buffers each instruction reads, after forwarding: its sources
         self.reads = reads = self._buffers_read()
-        npu_forward.forward_loads(self, reads)
-        # Without an observer, the loads whose bytes nothing reads (a weight
+        npu_forward.forward_copies(self, reads)
+        # Without an observer, the copies whose bytes nothing reads (a weight
         # only a prepared conv uses, from its packed copy; the input of a tile
         # whose group summed it at its first tile; a value its readers read
-        # where it was loaded from) are skipped.
-        dead = self._unread_loads(reads)
+        # where it was copied from) are skipped.
+        dead = self._unread_copies(reads)
         self.live = [(i, s) for i, s in enumerate(self.steps) if i not in dead]
 
     def _view(self, b: Buffer) -> np.ndarray:
@@ -285,13 +285,13 @@ class FunctionSim:
             return None
         return b.space, b.offset, b.offset + b.size
 
-    def _unread_loads(self, reads: list[list[int | None]]) -> set[int]:
-        """The ``dma_load``s whose bytes no later instruction reads before they
+    def _unread_copies(self, reads: list[list[int | None]]) -> set[int]:
+        """The DMA copies whose bytes no later instruction reads before they
         are overwritten (nor are an output). Only the prepared reads count
         (``reads``): a conv with a fused epilogue does not read its weight."""
         code, dead = self.code, set()
         for i, ins in enumerate(code.instructions):
-            if self.steps[i].name != "dma_load":
+            if self.steps[i].name not in npu_forward.COPIES:
                 continue
             span = self._span(ins.results[0])
             if span is None or any(

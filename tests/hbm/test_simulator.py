@@ -193,11 +193,11 @@ def test_constants_are_prepared_only_where_the_memory_plan_keeps_them(
     assert prepared(broken) < prepared(hbm["forward"]) >= 5
 
 
-def test_loads_that_nothing_reads_are_skipped_and_change_nothing(tmp_path_factory):
+def test_copies_that_nothing_reads_are_skipped_and_change_nothing(tmp_path_factory):
     # A conv with a fused epilogue takes its weight and bias from their packed
-    # forms, and a reader of a loaded activation reads it where it was loaded
-    # from: those loads are dead work. Without an observer the simulator skips
-    # them, with one it runs every instruction.
+    # forms, and a reader of a copied activation reads it where it was copied
+    # from: those DMA copies are dead work. Without an observer the simulator
+    # skips them, with one it runs every instruction.
     from hbir.hbm import HbmFunction
 
     _, batches, hbm, _ = _compiled("resnet", tmp_path_factory)
@@ -206,14 +206,14 @@ def test_loads_that_nothing_reads_are_skipped_and_change_nothing(tmp_path_factor
     skipped = set(range(len(sim.steps))) - {i for i, _ in sim.live}
     fused = sum("_fused" in s.fields for s in sim.steps)
     assert len(skipped) >= fused >= 5
-    assert {sim.steps[i].name for i in skipped} == {"dma_load"}
+    assert {sim.steps[i].name for i in skipped} <= {"dma_load", "dma_store"}
     for inputs in batches[:3]:
         fast = sim.run(inputs)
         every = sim.run(inputs, on_instruction=lambda *_: None)
         assert all(np.array_equal(a, b) for a, b in zip(fast, every, strict=True))
     for step in sim.steps:  # convs that read their weights from SRAM
         step.fields.pop("_fused", None)
-    assert not sim._unread_loads(sim._buffers_read()) & {
+    assert not sim._unread_copies(sim._buffers_read()) & {
         i for i in skipped if any(
             s.name == "conv" and code.instructions[i].results[0] in ins.operands
             for s, ins in zip(sim.steps, code.instructions, strict=True)
@@ -221,13 +221,13 @@ def test_loads_that_nothing_reads_are_skipped_and_change_nothing(tmp_path_factor
     }  # fmt: skip
 
 
-def test_loads_are_forwarded_only_while_source_and_copy_hold_the_same_bytes(
+def test_copies_are_forwarded_only_while_source_and_copy_hold_the_same_bytes(
     tmp_path_factory, monkeypatch
 ):
-    # A reader of a loaded activation reads the load's source instead while
-    # neither is written in between. With every DDR (or SRAM) buffer at offset
-    # 0, sources and copies are overwritten all the time: the simulator must
-    # give exactly what it gives with no load forwarded.
+    # A reader of a DMA copy reads the copy's source instead while neither is
+    # written in between. With every DDR (or SRAM) buffer at offset 0, sources
+    # and copies are overwritten all the time: the simulator must give exactly
+    # what it gives with no copy forwarded.
     from hbir.hbm import HbmFunction
     from hbir.runtime import npu_forward
 
@@ -244,7 +244,14 @@ def test_loads_are_forwarded_only_while_source_and_copy_hold_the_same_bytes(
     for j, n in forwarded:  # the reader's operand is a view of the source
         source = sim.views[sim.reads[j][n]]
         assert sim.steps[j].ins[n] is source
-        assert code.buffers[code.instructions[j].operands[n]].space == "sram"
+        assert code.buffers[code.instructions[j].operands[n]].space in ("sram", "ddr")
+    # through a store and a load: a loaded value read in the SRAM it was
+    # computed in
+    assert any(
+        code.buffers[sim.reads[j][n]].space == "sram"
+        and code.buffers[code.instructions[j].operands[n]].space == "sram"
+        for j, n in forwarded
+    )
 
     def collapsed(space):
         return FunctionCode(
@@ -261,7 +268,7 @@ def test_loads_are_forwarded_only_while_source_and_copy_hold_the_same_bytes(
 
     programs = [code, collapsed("ddr"), collapsed("sram")]
     fast = [HbmFunction(c) for c in programs]
-    monkeypatch.setattr(npu_forward, "forward_loads", lambda sim, reads: 0)
+    monkeypatch.setattr(npu_forward, "forward_copies", lambda sim, reads: 0)
     slow = [HbmFunction(c) for c in programs]
     assert sum(len(f._sim.live) for f in slow) > sum(len(f._sim.live) for f in fast)
     for inputs in batches[:3]:
