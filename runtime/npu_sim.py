@@ -16,17 +16,20 @@ one tile — at a time, as the program orders it; compute opcodes call the share
 integer kernels (``runtime/npu_kernels.py``: the same code the interpreter runs
 for npu ops, built on ``runtime/numerics.py`` / ``runtime/integer_ops.py`` and
 ``runtime/kernels.py``'s exact fast GEMMs); ``cpu_call`` runs its island (HBIR)
-with the interpreter (``run_function``). Each tile is its own instruction and
-runs as such, with one exception that changes no number: output-channel tiles
-of a conv whose inputs are provably the same bytes share one call of the sums
-kernel (``runtime/npu_merge.py``), each requantizing its own channels.
+as the interpreter's prepared plan (``runtime/plan.py``). Each tile is its own
+instruction and runs as such, with one exception that changes no number:
+output-channel tiles of a conv whose inputs are provably the same bytes share
+one call of the sums kernel (``runtime/npu_merge.py``), each requantizing its
+own channels. A reader of a DMA copy reads the copy's source where that
+provably holds the same bytes, and without an observer (``on_instruction``)
+copies nothing reads are skipped (``runtime/npu_forward.py``).
 
 The program must have been verified (``hbir.hbm.verify``: the loader and the
 assembler do it); preparing a function (:class:`FunctionSim`) resolves every
 field once — constants looked up, requantizers and lookup tables built
 (``npu_kernels.prepare``), weights loaded from constants packed for the exact
-fast GEMMs, islands parsed and their signatures matched to their buffers — and
-running it checks nothing again.
+fast GEMMs, islands parsed, matched to their buffers and prepared as plans —
+and running it checks nothing again.
 A simulator is not thread-safe (its arenas are its state).
 """
 
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbir.errors import HbirError
-from hbir.runtime import npu_forward, npu_kernels, npu_merge
+from hbir.runtime import npu_forward, npu_kernels, npu_merge, plan
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
 from hbir.runtime.hbm_program import Buffer, DebugEntry, FunctionCode, Instruction
 
@@ -60,7 +63,7 @@ class _Step:
     ins: list[np.ndarray]
     outs: list[np.ndarray]
     out: tuple[tuple[int, ...], np.dtype]  # the first result's (shape, dtype)
-    # a handler's prepared state: a cpu_call's island
+    # a handler's prepared state: a cpu_call's island as a prepared plan
     extra: object = None
 
 
@@ -93,10 +96,10 @@ def _copy(step: _Step) -> None:
 
 
 def _cpu_call(step: _Step) -> None:
-    from hbir.runtime.interpreter import run_function
-
-    func_op, rounding = step.extra
-    results = run_function(func_op, [np.array(x) for x in step.ins], rounding=rounding)
+    """The island's prepared plan (``runtime/plan.py``) on the operands' bytes
+    (its kernels never write their operands; a result that is a view of one
+    is copied out as numpy copies overlapping arrays)."""
+    results = step.extra.run(step.ins)
     for dst, y in zip(step.outs, results, strict=True):
         dst[...] = y
 
@@ -247,7 +250,12 @@ class FunctionSim:
         where = f"@{self.code.name}: instruction {index} ({op.name})"
         if op.name == "cpu_call":
             island = self.islands[ins.fields["island"]]
-            step.extra = _island(self.code, ins, island, where)
+            try:
+                step.extra = plan.prepared(*_island(self.code, ins, island, where))
+            except NpuSimError:
+                raise
+            except HbirError as e:  # an island the interpreter cannot run
+                raise NpuSimError(f"{where}: {e}") from e
         elif op.name in npu_kernels.COMPUTE:
             operands = [
                 (b.shape, np.dtype(b.dtype), self.loaded.get(b.id))
