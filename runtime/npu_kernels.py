@@ -299,8 +299,9 @@ def conv(f: Fields, out: Out, x, w, bias=None, *, into=None) -> np.ndarray:
         pads = f["padding"]
         x = np.transpose(x, _NCHW)
         acc = kernels.conv2d_sums(x, f["_packed"], f["stride"], pads, f["dilation"])
-        if into is not None:
-            return np.transpose(fused(acc, out[1], np.transpose(into, _NCHW)), _NHWC)
+        if into is not None:  # (a Requantizer given into= writes it)
+            fused(acc, out[1], np.transpose(into, _NCHW))
+            return into
         return np.transpose(fused(acc, out[1]), _NHWC)
     inner, after = _split_bias(f, bias)
     integer_ops.check_f64_exact(x, w, w.shape[1] * w.shape[2] * w.shape[3])
@@ -485,7 +486,7 @@ def move(f: Fields, out: Out, x) -> np.ndarray:
 
 
 # The kernels that take the result's buffer (``into=``) and may write it
-# themselves (returning it), saving the copy of their result.
+# themselves (returning that very array), saving the copy of their result.
 WRITES_INTO = frozenset(
     {"conv", "eltwise", "rescale", "pool", "transpose", "concat", "slice"}
 )

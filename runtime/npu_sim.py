@@ -81,7 +81,7 @@ def _compute_into(step: _Step) -> None:
     can (``npu_kernels.WRITES_INTO``)."""
     dst = step.outs[0]
     y = npu_kernels.COMPUTE[step.name](step.fields, step.out, *step.ins, into=dst)
-    if y.__array_interface__ != dst.__array_interface__:  # not written in place
+    if y is not dst:  # not written in place
         dst[...] = y
 
 
