@@ -213,63 +213,84 @@ ONEDNN_MIN_MACS = 8_000_000
 
 
 def _onednn_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation, min_macs=None):
-    """The conv sums through oneDNN's int8 conv, or None when this call is not
-    worth it (or a sum reached 2**24).
+    """The conv sums through oneDNN's int8 conv (``OnednnConv``), or None when
+    this call is not worth it (or a sum reached 2**24)."""
+    call = OnednnConv.of(x, p, stride, pads, dilation, min_macs)
+    return None if call is None else call()
+
+
+class OnednnConv:
+    """oneDNN's int8 conv of one input array, prepared once: ``call()`` gives
+    the sums of the array's current values, or None where a sum reached 2**24.
 
     oneDNN sums u8 x s8 exactly in int32 and returns them as float32, exact
     below 2**24: guaranteed when ``128 * sum|w_c| < 2**24``, else checked on
-    the result. int8 codes ``x`` become u8 codes ``x + 128`` with zero point
-    128, which oneDNN subtracts exactly (also in the padding). The result is
-    NCHW in channels-last memory."""
-    t, lf, b, r = pads
-    o, cg, kh, kw = p.weight.shape
-    n, c, h, w = x.shape
-    (sh, sw), (dh, dw) = stride, dilation
-    oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + lf + r - dw * (kw - 1) - 1) // sw + 1
-    min_macs = ONEDNN_MIN_MACS if min_macs is None else min_macs
-    if kh * kw == 1 or o * cg * kh * kw * n * oh * ow < min_macs:
-        return None
-    zero = 128 if x.dtype == np.int8 else 0
-    # oneDNN pads alike on both sides: uneven padding (a tile's edge) is
-    # written into the input copy, as the code of 0, and oneDNN pads nothing
-    inside = (t, lf) == (b, r)
-    shape = (n, c, h, w) if inside else (n, c, h + t + b, w + lf + r)
-    # packed for this input shape: oneDNN's kernel for it takes the weight in
-    # the packed layout, where a shape-less packing is reordered on every call
-    geometry = (stride, (t, lf) if inside else (0, 0), dilation, shape)
-    packed = p.onednn.get(geometry)
-    if packed is None:
-        packed = p.onednn[geometry] = (
-            torch.ops.onednn.qconv_prepack(
-                torch.from_numpy(p.weight), torch.ones(o), 1.0, zero,
-                list(stride), list(geometry[1]), list(dilation), p.groups,
-                list(shape),
-            ),
-            torch.ones(o),
-            torch.zeros(o, dtype=torch.int64),
+    the result. int8 codes ``x`` become u8 codes ``x + 128`` (in a buffer of
+    the call's own) with zero point 128, which oneDNN subtracts exactly (also
+    in the padding). The result is NCHW in channels-last memory. A caller that
+    runs the same conv on the same array (the simulator's buffers) keeps the
+    call: every argument is made once."""
+
+    @classmethod
+    def of(cls, x, p: PackedConv, stride, pads, dilation, min_macs=None):
+        """The call for NCHW ``x``, or None where oneDNN is not worth it (1x1
+        convs, fewer than ``min_macs`` multiply-adds)."""
+        o, cg, kh, kw = p.weight.shape
+        n, _, h, w = x.shape
+        t, lf, b, r = pads
+        (sh, sw), (dh, dw) = stride, dilation
+        oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
+        ow = (w + lf + r - dw * (kw - 1) - 1) // sw + 1
+        min_macs = ONEDNN_MIN_MACS if min_macs is None else min_macs
+        if kh * kw == 1 or o * cg * kh * kw * n * oh * ow < min_macs:
+            return None
+        return cls(x, p, tuple(stride), tuple(pads), tuple(dilation))
+
+    def __init__(self, x, p: PackedConv, stride, pads, dilation):
+        t, lf, b, r = pads
+        n, c, h, w = x.shape
+        o = p.weight.shape[0]
+        zero = 128 if x.dtype == np.int8 else 0
+        # oneDNN pads alike on both sides: uneven padding (a tile's edge) is
+        # written into the input copy once, as the code of 0, and oneDNN pads
+        # nothing
+        inside = (t, lf) == (b, r)
+        shape = (n, c, h, w) if inside else (n, c, h + t + b, w + lf + r)
+        # packed for this input shape: oneDNN's kernel for it takes the weight
+        # in the packed layout, where a shape-less packing is reordered on
+        # every call
+        geometry = (stride, (t, lf) if inside else (0, 0), dilation, shape)
+        packed = p.onednn.get(geometry)
+        if packed is None:
+            packed = p.onednn[geometry] = (
+                torch.ops.onednn.qconv_prepack(
+                    torch.from_numpy(p.weight), torch.ones(o), 1.0, zero,
+                    list(stride), list(geometry[1]), list(dilation), p.groups,
+                    list(shape),
+                ),
+                torch.ones(o),
+                torch.zeros(o, dtype=torch.int64),
+            )  # fmt: skip
+        codes = np.full((n,) + shape[2:] + (c,), zero, np.uint8)  # NHWC
+        interior = codes if inside else codes[:, t : t + h, lf : lf + w]
+        self.interior = interior.transpose(0, 3, 1, 2)  # NCHW view, channels last
+        self.x, self.zero = (x.view(np.uint8) if zero else x), zero
+        self.args = (
+            torch.from_numpy(codes.transpose(0, 3, 1, 2)), 1.0, zero, *packed,
+            None, list(stride), list(geometry[1]), list(dilation), p.groups,
+            1.0, 0, torch.float32, "none", [], "",
         )  # fmt: skip
-    weight, w_scales, w_zeros = packed
-    if inside:
-        codes = np.empty((n, h, w, c), np.uint8)
-        interior = codes
-    else:
-        codes = np.full((n, h + t + b, w + lf + r, c), zero, np.uint8)
-        interior = codes[:, t : t + h, lf : lf + w]
-    interior = interior.transpose(0, 3, 1, 2)  # NCHW view, channels last
-    if zero:
-        np.bitwise_xor(x.view(np.uint8), np.uint8(0x80), out=interior)  # x + 128
-    else:
-        interior[...] = x
-    y = torch.ops.onednn.qconv2d_pointwise(
-        torch.from_numpy(codes.transpose(0, 3, 1, 2)), 1.0, zero, weight,
-        w_scales, w_zeros, None, list(stride), list(geometry[1]), list(dilation),
-        p.groups, 1.0, 0, torch.float32, "none", [], "",
-    )  # fmt: skip
-    y = y.numpy()
-    if magnitude(x.dtype) * p.channel_sum >= FLOAT32_LIMIT and _reaches(y):
-        return None  # a sum float32 may have rounded: the exact path instead
-    return y
+        self.check = magnitude(x.dtype) * p.channel_sum >= FLOAT32_LIMIT
+
+    def __call__(self) -> np.ndarray | None:
+        if self.zero:  # x + 128
+            np.bitwise_xor(self.x, np.uint8(0x80), out=self.interior)
+        else:
+            self.interior[...] = self.x
+        y = torch.ops.onednn.qconv2d_pointwise(*self.args).numpy()
+        if self.check and _reaches(y):
+            return None  # a sum float32 may have rounded: the exact path instead
+        return y
 
 
 def _reaches(y: np.ndarray, limit: float = FLOAT32_LIMIT) -> bool:
@@ -429,6 +450,23 @@ class PairTable:
         )
         self.table = self.table.reshape(-1)
         self.signed = tuple(np.dtype(d).kind == "i" for d in dtypes)
+
+    def bind(self, a: np.ndarray, b: np.ndarray, into: np.ndarray):
+        """``self(a, b, into)`` for these very arrays, as ``run()`` (the
+        simulator's buffers, the same on every run): one compiled lookup over
+        their flat bytes; None where they are not all C-contiguous and alike."""
+        arrays = (a, b, into)
+        if (
+            loops() is None
+            or into.dtype != self.table.dtype
+            or not all(x.flags.c_contiguous and x.shape == into.shape for x in arrays)
+        ):
+            return None
+        flat = [x.reshape(-1) for x in arrays]
+        fa, fb = (0x80 if s else 0 for s in self.signed)
+        jit, table = loops(), self.table
+        af, bf, y = flat[0].view(np.uint8), flat[1].view(np.uint8), flat[2]
+        return lambda: jit.pair_lookup(af, bf, fa, fb, table, y)
 
     def __call__(self, a: np.ndarray, b: np.ndarray, into=None) -> np.ndarray:
         """``fn(a, b)``; written into ``into`` (of the result's shape) and

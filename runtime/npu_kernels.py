@@ -544,6 +544,44 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
     return f
 
 
+def bind(name: str, f: Fields, out: Out, ins: list, into: np.ndarray):
+    """A prepared instruction bound to its buffers (the simulator's: the same
+    arrays on every run), as ``run()`` computing ``COMPUTE[name](f, out,
+    *ins, into=into)`` with every argument made once; None where it is not
+    worth it. A conv whose sums oneDNN computes and whose epilogue is fused;
+    an eltwise op by a pair table."""
+    if name == "conv" and "_fused" in f:
+        return _bound_conv(f, out, ins[0], into)
+    if name == "eltwise" and "_pair" in f:
+        return f["_pair"].bind(ins[0], ins[1], into)
+    return None
+
+
+def _bound_conv(f: Fields, out: Out, x: np.ndarray, into: np.ndarray):
+    fused, pads = f["_fused"], integer_ops.pads4(f["padding"])
+    call = kernels.OnednnConv.of(
+        np.transpose(x, _NCHW), f["_packed"], f["stride"], pads, f["dilation"]
+    )
+    if call is None:
+        return None
+    into_nchw = np.transpose(into, _NCHW)
+    epilogue = None
+
+    def run() -> None:
+        nonlocal epilogue
+        acc = call()
+        if acc is None:  # a sum reached 2**24: the exact path
+            conv(f, out, x, None, into=into)
+            return
+        if epilogue is None:  # (the layout of oneDNN's result, on its first)
+            epilogue = fused.bind(acc, into_nchw) or (
+                lambda a: fused(a, out[1], into_nchw)
+            )
+        epilogue(acc)
+
+    return run
+
+
 def operands_read(name: str, f: Fields, count: int) -> tuple[bool, ...]:
     """Which of its ``count`` operands a prepared instruction reads: a conv with
     a fused epilogue takes its weight and bias from their prepared forms."""

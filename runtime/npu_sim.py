@@ -85,6 +85,11 @@ def _compute_into(step: _Step) -> None:
         dst[...] = y
 
 
+def _run_bound(step: _Step) -> None:
+    """A compute opcode bound to its buffers (``npu_kernels.bind``)."""
+    step.extra()
+
+
 def _copy(step: _Step) -> None:
     """DMA (DDR / constants <-> SRAM) and reshape: the value's bytes, copied."""
     src, dst = step.ins[0], step.outs[0]
@@ -201,6 +206,13 @@ class FunctionSim:
         # the buffers each instruction reads, after forwarding: its sources
         self.reads = reads = self._buffers_read()
         npu_forward.forward_copies(self, reads)
+        for step in self.steps:  # its buffers final: bound to them
+            if step.run is _compute_into:
+                bound = npu_kernels.bind(
+                    step.name, step.fields, step.out, step.ins, step.outs[0]
+                )
+                if bound is not None:
+                    step.run, step.extra = _run_bound, bound
         # Without an observer, the copies whose bytes nothing reads (a weight
         # only a prepared conv uses, from its packed copy; the input of a tile
         # whose group summed it at its first tile; a value its readers read

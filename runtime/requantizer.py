@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -186,28 +187,56 @@ class Requantizer:
         """This path's arithmetic as one compiled pass (``jit_kernels``), in
         ``acc``'s memory order; the result has that memory order too (``into``,
         if given, has it and is written)."""
-        jit = loops()
-        if self._flat is None:
-            self._flat = self._flat_parameters()
-        params, channel_axis = self._flat
-        blocks = ChannelBlocks(acc, channel_axis)
-        x, shape = blocks.x, blocks.shape
+        blocks = ChannelBlocks(acc, self._flat_parameters()[1])
         y = blocks.empty(out_dtype) if into is None else blocks.flat_view(into)
-        half_up, lo, hi = self.mode == numerics.HALF_UP, self.lo, self.hi
+        self._loop(blocks)(blocks.x, y)
+        return blocks.restore(y) if into is None else into
+
+    def _loop(self, blocks: ChannelBlocks) -> Callable[[np.ndarray, np.ndarray], None]:
+        """This path's compiled loop for the layout of ``blocks``, as
+        ``loop(flat acc, flat result)``."""
+        jit = loops()
+        params, _ = self._flat_parameters()
+        shape = blocks.shape
+        half_up, zero = self.mode == numerics.HALF_UP, self.zero
+        lo, hi = self.lo, self.hi
         if self._path == "nearest":
             if blocks.channels_last and params[0].size > 1:
-                jit.nearest_last(x, *params, lo, hi, y)
-            else:
-                jit.nearest_inner(x, shape, *params, lo, hi, y)
-        elif self._path == "float":
-            jit.float_inner(x, shape, *params, self.zero, half_up, lo, hi, y)
-        else:
-            jit.right_inner(x, shape, *params, self.zero, half_up, lo, hi, y)
-        return blocks.restore(y) if into is None else into
+                return lambda x, y: jit.nearest_last(x, *params, lo, hi, y)
+            return lambda x, y: jit.nearest_inner(x, shape, *params, lo, hi, y)
+        if self._path == "float":
+            return lambda x, y: jit.float_inner(
+                x, shape, *params, zero, half_up, lo, hi, y
+            )
+        return lambda x, y: jit.right_inner(x, shape, *params, zero, half_up, lo, hi, y)
+
+    def bind(self, acc: np.ndarray, into: np.ndarray):
+        """``self(a, into.dtype, into)`` for any ``a`` laid out like ``acc``
+        (shape, dtype, strides), everything but the loop itself done once
+        (the simulator's epilogues, into the same buffer on every run); None
+        where the compiled pass cannot write ``into``."""
+        if not self._writes_into(acc, into):
+            return None
+        blocks = ChannelBlocks(acc, self._flat_parameters()[1])
+        loop, perm, y = self._loop(blocks), blocks.perm, blocks.flat_view(into)
+        layout = (acc.shape, acc.strides, acc.dtype)
+
+        def run(a: np.ndarray) -> np.ndarray:
+            if (a.shape, a.strides, a.dtype) != layout:
+                return self(a, into.dtype, into)
+            loop(a.transpose(perm).reshape(-1), y)
+            return into
+
+        return run
 
     def _flat_parameters(self) -> tuple[tuple[np.ndarray, ...], int | None]:
         """(this path's per-channel parameters as 1-D arrays in the order its
-        ``jit_kernels`` loop takes them, the channel axis or None)."""
+        ``jit_kernels`` loop takes them, the channel axis or None), made once."""
+        if self._flat is None:
+            self._flat = self._make_flat_parameters()
+        return self._flat
+
+    def _make_flat_parameters(self) -> tuple[tuple[np.ndarray, ...], int | None]:
         if self._path == "nearest":
             params = (self.m_f, self.c_f)
         elif self._path == "float":
