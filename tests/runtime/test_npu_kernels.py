@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hbir.runtime import integer_ops, npu_kernels, numerics
+from hbir.runtime import integer_ops, npu_kernels, numerics, requantizer
 
 torch.set_num_threads(1)
 
@@ -91,7 +91,9 @@ def test_a_bound_eltwise_equals_the_kernel_run_after_run():
     f = npu_kernels.prepare("eltwise", f, out, [operand, operand])
     a, b, into = (np.zeros(shape, np.int8) for _ in range(3))
     run = npu_kernels.bind("eltwise", f, out, [a, b], into)
-    assert run is not None
+    if requantizer.loops() is None:  # HBIR_JIT=0: the kernel runs as it is
+        assert run is None
+        return
     plain = {k: v for k, v in f.items() if not k.startswith("_")}
     for _ in range(3):
         a[...] = RNG.integers(-128, 128, shape)
