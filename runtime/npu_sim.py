@@ -35,6 +35,7 @@ A simulator is not thread-safe (its arenas are its state).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -98,6 +99,18 @@ def _copy(step: _Step) -> None:
     elif src.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
         raise NpuSimError(f"{step.name}: source and destination overlap")
     # else: a reshape on the same bytes (npu-plan-memory's alias): nothing to move
+
+
+def _bound_copy(src: np.ndarray, dst: np.ndarray):
+    """``_copy`` of these very arrays as ``run()``, decided once; None where
+    ``_copy`` itself must run (overlapping buffers: its error)."""
+    if np.may_share_memory(src, dst):
+        same = src.__array_interface__["data"][0] == dst.__array_interface__["data"][0]
+        return (lambda: None) if same else None
+    view = src.reshape(dst.shape)
+    if not np.may_share_memory(view, src):  # (a copy: not the live bytes)
+        return None
+    return functools.partial(np.copyto, dst, view)
 
 
 def _cpu_call(step: _Step) -> None:
@@ -207,12 +220,15 @@ class FunctionSim:
         self.reads = reads = self._buffers_read()
         npu_forward.forward_copies(self, reads)
         for step in self.steps:  # its buffers final: bound to them
+            bound = None
             if step.run is _compute_into:
                 bound = npu_kernels.bind(
                     step.name, step.fields, step.out, step.ins, step.outs[0]
                 )
-                if bound is not None:
-                    step.run, step.extra = _run_bound, bound
+            elif step.run is _copy:
+                bound = _bound_copy(step.ins[0], step.outs[0])
+            if bound is not None:
+                step.run, step.extra = _run_bound, bound
         # Without an observer, the copies whose bytes nothing reads (a weight
         # only a prepared conv uses, from its packed copy; the input of a tile
         # whose group summed it at its first tile; a value its readers read
