@@ -201,3 +201,30 @@ def copy4(src, dst):
                 s, d = src[a, b, c], dst[a, b, c]
                 for i in range(n3):
                     d[i] = s[i]
+
+
+@numba.njit(**_JIT)
+def depthwise(x, w, sh, sw, dh, dw, top, left, out):
+    """A depthwise conv's exact int32 sums, channels last: ``out[b, oy, ox, c] =
+    sum_ij x[b, oy sh - top + i dh, ox sw - left + j dw, c] * w[i, j, c]``, taps
+    outside ``x`` (its zero padding) skipped. The caller proves the sums fit."""
+    n, h, wd, channels = x.shape
+    _, oh, ow, _ = out.shape
+    kh, kw, _ = w.shape
+    for b in range(n):
+        for oy in range(oh):
+            for ox in range(ow):
+                o = out[b, oy, ox]
+                for c in range(channels):
+                    o[c] = 0
+                for i in range(kh):
+                    y = oy * sh - top + i * dh
+                    if y < 0 or y >= h:
+                        continue
+                    for j in range(kw):
+                        xx = ox * sw - left + j * dw
+                        if xx < 0 or xx >= wd:
+                            continue
+                        xr, wr = x[b, y, xx], w[i, j]
+                        for c in range(channels):
+                            o[c] += np.int32(xr[c]) * np.int32(wr[c])

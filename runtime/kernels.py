@@ -27,6 +27,7 @@ reused on every call.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,6 +157,9 @@ class PackedConv:
     # when the packed weight serves many calls (``reused``); None: not eligible
     onednn: dict | None = None
     channel_sum: int = 0  # the largest sum |w| of an output channel
+    # a depthwise conv of 8-bit codes (one weight channel per input channel):
+    # its weight as [KH, KW, C] for the compiled loop, or None
+    depthwise: np.ndarray | None = None
 
 
 def pack_conv2d(
@@ -181,7 +185,16 @@ def pack_conv2d(
         and _onednn_exact()
     )
     onednn = {} if eligible else None
-    return PackedConv(method, w, groups, packed, onednn, channel_sum)
+    depthwise = None
+    if (
+        w.shape[1] == 1
+        and groups == w.shape[0]
+        and x_dtype in (np.dtype(np.int8), np.dtype(np.uint8))
+        and w.dtype == np.int8
+        and magnitude(x_dtype) * channel_sum < INT_MM_LIMIT  # int32 sums
+    ):
+        depthwise = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+    return PackedConv(method, w, groups, packed, onednn, channel_sum, depthwise)
 
 
 def _max_channel_sum(w: np.ndarray) -> int:
@@ -233,16 +246,14 @@ class OnednnConv:
 
     @classmethod
     def of(cls, x, p: PackedConv, stride, pads, dilation, min_macs=None):
-        """The call for NCHW ``x``, or None where oneDNN is not worth it (1x1
-        convs, fewer than ``min_macs`` multiply-adds)."""
-        o, cg, kh, kw = p.weight.shape
-        n, _, h, w = x.shape
-        t, lf, b, r = pads
-        (sh, sw), (dh, dw) = stride, dilation
-        oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
-        ow = (w + lf + r - dw * (kw - 1) - 1) // sw + 1
-        min_macs = ONEDNN_MIN_MACS if min_macs is None else min_macs
-        if kh * kw == 1 or o * cg * kh * kw * n * oh * ow < min_macs:
+        """The call for NCHW ``x``, or None where oneDNN is not worth it: 1x1
+        convs, fewer than ``min_macs`` multiply-adds (by default
+        ``ONEDNN_MIN_MACS``; any for grouped convs, whose other engine is
+        float torch), a depthwise conv the compiled loop takes."""
+        macs = _conv_macs(x.shape, p.weight.shape, stride, pads, dilation)
+        if min_macs is None:
+            min_macs = ONEDNN_MIN_MACS if p.groups == 1 else 0
+        if p.weight.shape[2:] == (1, 1) or macs < min_macs or _depthwise_loop(p, macs):
             return None
         return cls(x, p, tuple(stride), tuple(pads), tuple(dilation))
 
@@ -323,6 +334,45 @@ def copy_into(x: np.ndarray, into: np.ndarray) -> np.ndarray:
     return into
 
 
+def _conv_out(x_shape, kernel, stride, pads, dilation) -> tuple[int, int]:
+    """A conv's output height and width."""
+    (h, w), (kh, kw), (t, lf, b, r) = x_shape[2:], kernel, pads
+    (sh, sw), (dh, dw) = stride, dilation
+    oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
+    return oh, (w + lf + r - dw * (kw - 1) - 1) // sw + 1
+
+
+def _conv_macs(x_shape, w_shape, stride, pads, dilation) -> int:
+    """The multiply-adds of a conv (its output size times its taps)."""
+    oh, ow = _conv_out(x_shape, w_shape[2:], stride, pads, dilation)
+    return math.prod(w_shape) * x_shape[0] * oh * ow
+
+
+# Below this many multiply-adds a depthwise conv of 8-bit codes runs the
+# compiled loop (~50 µs for 192 channels of 28x28, stride 2, against oneDNN's
+# ~120 with its fixed cost); above, oneDNN (its kernel vectorises better:
+# 144 channels of 56x56, ~380 µs against ~860).
+DEPTHWISE_LOOP_MAX_MACS = 1_000_000
+
+
+def _depthwise_loop(p: PackedConv, macs: int) -> bool:
+    return (
+        p.depthwise is not None
+        and macs < DEPTHWISE_LOOP_MAX_MACS
+        and loops() is not None
+    )
+
+
+def _depthwise_sums(x, w, stride, pads, dilation) -> np.ndarray:
+    """A depthwise conv's int32 sums (one compiled pass, vectorised over the
+    channels), NCHW in channels-last memory like oneDNN's."""
+    oh, ow = _conv_out(x.shape, w.shape[:2], stride, pads, dilation)
+    out = np.empty((x.shape[0], oh, ow, x.shape[1]), np.int32)
+    (sh, sw), (dh, dw), (t, lf, _, _) = stride, dilation, pads
+    loops().depthwise(x.transpose(0, 2, 3, 1), w, sh, sw, dh, dw, t, lf, out)
+    return out.transpose(0, 3, 1, 2)
+
+
 def _pointwise_channels_last(x: np.ndarray, p: PackedConv, pads) -> bool:
     """A 1x1 conv without padding of a channels-last ``x``: one gemm of its
     (strided) pixels, no im2col, the result channels-last too."""
@@ -359,6 +409,8 @@ def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndar
     2**24), no bias; ``pads`` is (t, l, b, r)."""
     stride, dilation = tuple(stride), tuple(dilation)
     pads = integer_ops.pads4(pads)
+    if _depthwise_loop(p, _conv_macs(x.shape, p.weight.shape, stride, pads, dilation)):
+        return _depthwise_sums(x, p.depthwise, stride, pads, dilation)
     if p.onednn is not None:
         y = _onednn_sums(x, p, stride, pads, dilation)
         if y is not None:

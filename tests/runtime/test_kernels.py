@@ -40,6 +40,11 @@ CONVS = [
     ((1, 4, 7, 7), (9, 4, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1, np.int16, np.int16),
     ((1, 3, 6, 6), (4, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.uint8, np.int8),
     ((1, 260, 4, 4), (8, 260, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, np.int8, np.int8),
+    # depthwise (the compiled loop), uneven padding, dilation, u8; a channel
+    # multiplier of 2 (grouped, not depthwise)
+    ((2, 16, 9, 11), (16, 1, 3, 3), (2, 1), (1, 0, 2, 1), (2, 1), 16, np.int8, np.int8),
+    ((1, 8, 7, 7), (8, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 8, np.uint8, np.int8),
+    ((1, 8, 7, 7), (16, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8, np.int8, np.int8),
 ]
 
 
@@ -60,7 +65,8 @@ def test_conv2d_equals_the_int64_reference(case, kind):
 def test_prepared_conv2d_equals_the_int64_reference(case, kind, layout, monkeypatch):
     """A prepared (``reused``) conv: oneDNN's int8 conv for every size here
     (uneven padding written into its input, sums past 2**24 checked on the
-    result), and 1x1 convs of channels-last inputs as one gemm of pixels."""
+    result) but small depthwise ones, and 1x1 convs of channels-last inputs as
+    one gemm of pixels."""
     monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
     xs, ws, stride, pads, dilation, groups, xd, wd = case
     x, w = codes(xs, xd, kind), codes(ws, wd, kind)
@@ -71,6 +77,8 @@ def test_prepared_conv2d_equals_the_int64_reference(case, kind, layout, monkeypa
     ref = integer_ops.numpy_conv2d(x, w, stride, pads, dilation, groups)
     np.testing.assert_array_equal(got, ref)
     onednn = xd in (np.int8, np.uint8) and wd == np.int8 and ws[2:] != (1, 1)
+    if packed.depthwise is not None and kernels.loops() is not None:
+        onednn = False  # small depthwise convs: the compiled loop
     if onednn and kind != "max":  # (all-extreme sums may pass 2**24: fallback)
         assert packed.onednn  # its path ran
 
@@ -84,6 +92,31 @@ def test_pointwise_conv_of_channels_last_codes_is_one_gemm():
     ref = integer_ops.numpy_conv2d(x, w, (2, 2), (0, 0, 0, 0), (1, 1), 1)
     np.testing.assert_array_equal(got, ref)
     assert got.strides[1] == got.itemsize  # channels last, as the gemm wrote it
+
+
+def test_depthwise_convs_of_8_bit_codes_take_the_compiled_loop():
+    w = codes((16, 1, 3, 3), np.int8, "max")
+    assert kernels.pack_conv2d(w, np.int8, 16).depthwise.shape == (3, 3, 16)
+    assert kernels.pack_conv2d(w, np.uint8, 16).depthwise is not None
+    assert kernels.pack_conv2d(w, np.int16, 16).depthwise is None
+    assert kernels.pack_conv2d(w[:8], np.int8, 4).depthwise is None  # multiplier 2
+    x = np.ascontiguousarray(codes((1, 9, 9, 16), np.int8).transpose(0, 3, 1, 2))
+    got = kernels.conv2d_sums(
+        x, kernels.pack_conv2d(w, np.int8, 16), (1, 1), (1, 1, 1, 1), (1, 1)
+    )
+    if kernels.loops() is not None:  # (HBIR_JIT=0: the float32 engine)
+        assert got.dtype == np.int32 and got.strides[1] == 4  # channels last
+    ref = integer_ops.numpy_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 16)
+    np.testing.assert_array_equal(got, ref)
+    # above DEPTHWISE_LOOP_MAX_MACS (144 channels of 30x30): oneDNN's
+    w = codes((144, 1, 3, 3), np.int8)
+    x = np.ascontiguousarray(codes((1, 30, 30, 144), np.int8).transpose(0, 3, 1, 2))
+    packed = kernels.pack_conv2d(w, np.int8, 144, reused=True)
+    got = kernels.conv2d_sums(x, packed, (1, 1), (1, 1, 1, 1), (1, 1))
+    ref = integer_ops.numpy_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 144)
+    np.testing.assert_array_equal(got, ref)
+    if kernels._onednn_exact():  # (a machine without it: the float32 engine)
+        assert packed.onednn  # its path ran
 
 
 def test_conv2d_methods_follow_the_bounds():
