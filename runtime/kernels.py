@@ -220,8 +220,9 @@ def _onednn_exact() -> bool:
     return y is not None and np.array_equal(y, exact)
 
 
-# Below this many multiply-adds oneDNN's fixed cost (~80 µs a call here) loses
-# to im2col + _int_mm; 1x1 convs (no im2col to save) stay on _int_mm too.
+# Below this many multiply-adds oneDNN's fixed cost (~50-80 µs a call here)
+# loses to im2col + _int_mm (1x1 convs: one gemm of the pixels; above, oneDNN
+# wins there too: 24 -> 96 channels of 56x112, ~420 µs against ~590).
 ONEDNN_MIN_MACS = 8_000_000
 
 
@@ -246,14 +247,17 @@ class OnednnConv:
 
     @classmethod
     def of(cls, x, p: PackedConv, stride, pads, dilation, min_macs=None):
-        """The call for NCHW ``x``, or None where oneDNN is not worth it: 1x1
-        convs, fewer than ``min_macs`` multiply-adds (by default
-        ``ONEDNN_MIN_MACS``; any for grouped convs, whose other engine is
-        float torch), a depthwise conv the compiled loop takes."""
+        """The call for NCHW ``x``, or None where oneDNN cannot run it (``p``
+        not eligible: ``pack_conv2d``) or is not worth it: fewer than
+        ``min_macs`` multiply-adds (by default ``ONEDNN_MIN_MACS``; any for
+        grouped convs, whose other engine is float torch), a depthwise conv
+        the compiled loop takes."""
+        if p.onednn is None:
+            return None
         macs = _conv_macs(x.shape, p.weight.shape, stride, pads, dilation)
         if min_macs is None:
             min_macs = ONEDNN_MIN_MACS if p.groups == 1 else 0
-        if p.weight.shape[2:] == (1, 1) or macs < min_macs or _depthwise_loop(p, macs):
+        if macs < min_macs or _depthwise_loop(p, macs):
             return None
         return cls(x, p, tuple(stride), tuple(pads), tuple(dilation))
 

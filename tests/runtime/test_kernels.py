@@ -65,8 +65,7 @@ def test_conv2d_equals_the_int64_reference(case, kind):
 def test_prepared_conv2d_equals_the_int64_reference(case, kind, layout, monkeypatch):
     """A prepared (``reused``) conv: oneDNN's int8 conv for every size here
     (uneven padding written into its input, sums past 2**24 checked on the
-    result) but small depthwise ones, and 1x1 convs of channels-last inputs as
-    one gemm of pixels."""
+    result) but small depthwise ones."""
     monkeypatch.setattr(kernels, "ONEDNN_MIN_MACS", 0)
     xs, ws, stride, pads, dilation, groups, xd, wd = case
     x, w = codes(xs, xd, kind), codes(ws, wd, kind)
@@ -76,7 +75,7 @@ def test_prepared_conv2d_equals_the_int64_reference(case, kind, layout, monkeypa
     got = kernels.conv2d_sums(x, packed, stride, pads, dilation)
     ref = integer_ops.numpy_conv2d(x, w, stride, pads, dilation, groups)
     np.testing.assert_array_equal(got, ref)
-    onednn = xd in (np.int8, np.uint8) and wd == np.int8 and ws[2:] != (1, 1)
+    onednn = xd in (np.int8, np.uint8) and wd == np.int8
     if packed.depthwise is not None and kernels.loops() is not None:
         onednn = False  # small depthwise convs: the compiled loop
     if onednn and kind != "max":  # (all-extreme sums may pass 2**24: fallback)
