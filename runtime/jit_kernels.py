@@ -168,19 +168,6 @@ def pair_lookup(a, b, flip_a, flip_b, table, out):
 
 
 @numba.njit(**_JIT)
-def _taps(o, stride, pad, dilation, k, size):
-    """The taps ``[first, end)`` of a window of ``k`` whose positions
-    ``o stride - pad + i dilation`` fall inside ``[0, size)`` (the rest are
-    padding)."""
-    first, end = 0, k
-    while first < k and o * stride - pad + first * dilation < 0:
-        first += 1
-    while end > first and o * stride - pad + (end - 1) * dilation >= size:
-        end -= 1
-    return first, end
-
-
-@numba.njit(**_JIT)
 def max_pool(x, kh, kw, sh, sw, dh, dw, top, left, fill, out):
     """Max over each window of ``x[b, h, w, c]`` into ``out[b, oh, ow, c]``; taps
     outside ``x`` (padding) never win, a window of padding only gives ``fill``."""
@@ -191,12 +178,14 @@ def max_pool(x, kh, kw, sh, sw, dh, dw, top, left, fill, out):
             for ox in range(ow):
                 for c in range(channels):
                     out[b, oy, ox, c] = fill
-                i0, i1 = _taps(oy, sh, top, dh, kh, h)
-                j0, j1 = _taps(ox, sw, left, dw, kw, w)
-                for i in range(i0, i1):
+                for i in range(kh):
                     y = oy * sh - top + i * dh
-                    for j in range(j0, j1):
+                    if y < 0 or y >= h:
+                        continue
+                    for j in range(kw):
                         xx = ox * sw - left + j * dw
+                        if xx < 0 or xx >= w:
+                            continue
                         for c in range(channels):
                             out[b, oy, ox, c] = max(out[b, oy, ox, c], x[b, y, xx, c])
 
@@ -228,11 +217,14 @@ def depthwise(x, w, sh, sw, dh, dw, top, left, out):
                 o = out[b, oy, ox]
                 for c in range(channels):
                     o[c] = 0
-                i0, i1 = _taps(oy, sh, top, dh, kh, h)
-                j0, j1 = _taps(ox, sw, left, dw, kw, wd)
-                for i in range(i0, i1):
+                for i in range(kh):
                     y = oy * sh - top + i * dh
-                    for j in range(j0, j1):
-                        xr, wr = x[b, y, ox * sw - left + j * dw], w[i, j]
+                    if y < 0 or y >= h:
+                        continue
+                    for j in range(kw):
+                        xx = ox * sw - left + j * dw
+                        if xx < 0 or xx >= wd:
+                            continue
+                        xr, wr = x[b, y, xx], w[i, j]
                         for c in range(channels):
                             o[c] += np.int32(xr[c]) * np.int32(wr[c])
