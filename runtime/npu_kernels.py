@@ -554,7 +554,32 @@ def bind(name: str, f: Fields, out: Out, ins: list, into: np.ndarray):
         return _bound_conv(f, out, ins[0], into)
     if name == "eltwise" and "_pair" in f:
         return f["_pair"].bind(ins[0], ins[1], into)
+    if name == "pool" and f["kind"] == "max":
+        return _bound_max_pool(f, ins[0], into)
     return None
+
+
+def _bound_max_pool(f: Fields, x: np.ndarray, into: np.ndarray):
+    """A max pool of channels-last codes straight into ``into`` where its
+    post-process is only a clamp that changes nothing (the codes' range)."""
+    jit, info = kernels.loops(), np.iinfo(x.dtype) if x.dtype.kind in "iu" else None
+    pads, (lo, hi) = integer_ops.pads4(f["padding"]), f["clip"]
+    window = (f["kernel"], f["stride"], pads, f["dilation"], f["ceil_mode"])
+    if (
+        jit is None
+        or info is None
+        or f.get("_post") != (None, None)
+        or lo > info.min  # a clamp that would change codes
+        or hi < info.max
+        or x.dtype != into.dtype
+        or x.ndim != 4
+        or not (x.flags.c_contiguous and into.flags.c_contiguous)
+        or into.shape
+        != (x.shape[0], *integer_ops.pool_sizes(x.shape[1:3], *window), x.shape[3])
+    ):
+        return None
+    taps = (*f["kernel"], *f["stride"], *f["dilation"], *pads[:2], int(info.min))
+    return lambda: jit.max_pool(x, *taps, into)
 
 
 def _bound_conv(f: Fields, out: Out, x: np.ndarray, into: np.ndarray):

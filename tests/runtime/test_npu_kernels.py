@@ -103,3 +103,40 @@ def test_a_bound_eltwise_equals_the_kernel_run_after_run():
     # strided buffers are not bound (the kernel handles them as it did)
     wide = np.zeros(shape[:3] + (16,), np.int8)[..., ::2]
     assert npu_kernels.bind("eltwise", f, out, [wide, b], into) is None
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_a_bound_max_pool_equals_the_kernel_run_after_run(ceil_mode):
+    shape, clip = (1, 9, 10, 16), (-128, 127)
+    f = {
+        "kind": "max",
+        "kernel": (3, 3),
+        "stride": (2, 2),
+        "padding": (1, 1, 1, 1),
+        "dilation": (1, 1),
+        "ceil_mode": ceil_mode,
+        "count_include_pad": True,
+        "acc_bits": 8,
+        "pre_shift": -1,
+        "multiplier": None,
+        "shift": None,
+        "rounding": numerics.HALF_EVEN,
+        "clip": clip,
+        "axis": 3,
+    }
+    oh, ow = integer_ops.pool_sizes(
+        shape[1:3], (3, 3), (2, 2), (1,) * 4, (1, 1), ceil_mode
+    )
+    out = ((1, oh, ow, 16), np.dtype(np.int8))
+    f = npu_kernels.prepare("pool", f, out, [(shape, np.dtype(np.int8), None)])
+    x, into = np.zeros(shape, np.int8), np.zeros(out[0], np.int8)
+    run = npu_kernels.bind("pool", f, out, [x], into)
+    if requantizer.loops() is None:  # HBIR_JIT=0: the kernel runs as it is
+        assert run is None
+        return
+    for _ in range(3):
+        x[...] = RNG.integers(-128, 128, shape)
+        run()
+        np.testing.assert_array_equal(into, npu_kernels.pool(f, out, x))
+    relu = dict(f, clip=(0, 127))  # a clamp that changes codes: not bound
+    assert npu_kernels.bind("pool", relu, out, [x], into) is None
