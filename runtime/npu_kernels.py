@@ -20,7 +20,10 @@ requantization where nothing can saturate (``_fused``), an eltwise op of two
 8-bit operands as a table of every pair (``_pair``), a segmented lookup table.
 The simulator prepares each
 instruction once; the interpreter's kernels prepare on the call. Either way the
-same functions compute, so the numbers cannot differ.
+same functions compute, so the numbers cannot differ. ``bind(name, fields, out,
+ins, into)`` goes one step further for the simulator, whose buffers are the same
+arrays on every run: a conv, a pair-table eltwise op or a max pool as ``run()``,
+every argument made once.
 
 The arithmetic is that of the hbir / qnt ops the npu op was lowered from, through
 the same specified functions (``runtime/integer_ops.py``, ``runtime/numerics.py``)
