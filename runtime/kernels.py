@@ -338,17 +338,11 @@ def copy_into(x: np.ndarray, into: np.ndarray) -> np.ndarray:
     return into
 
 
-def _conv_out(x_shape, kernel, stride, pads, dilation) -> tuple[int, int]:
-    """A conv's output height and width."""
-    (h, w), (kh, kw), (t, lf, b, r) = x_shape[2:], kernel, pads
-    (sh, sw), (dh, dw) = stride, dilation
-    oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
-    return oh, (w + lf + r - dw * (kw - 1) - 1) // sw + 1
-
-
 def _conv_macs(x_shape, w_shape, stride, pads, dilation) -> int:
     """The multiply-adds of a conv (its output size times its taps)."""
-    oh, ow = _conv_out(x_shape, w_shape[2:], stride, pads, dilation)
+    oh, ow = integer_ops.pool_sizes(
+        x_shape[2:], w_shape[2:], stride, pads, dilation, False
+    )
     return math.prod(w_shape) * x_shape[0] * oh * ow
 
 
@@ -370,7 +364,8 @@ def _depthwise_loop(p: PackedConv, macs: int) -> bool:
 def _depthwise_sums(x, w, stride, pads, dilation) -> np.ndarray:
     """A depthwise conv's int32 sums (one compiled pass, vectorised over the
     channels), NCHW in channels-last memory like oneDNN's."""
-    oh, ow = _conv_out(x.shape, w.shape[:2], stride, pads, dilation)
+    window = (w.shape[:2], stride, pads, dilation, False)
+    oh, ow = integer_ops.pool_sizes(x.shape[2:], *window)  # (a conv's: no ceil)
     out = np.empty((x.shape[0], oh, ow, x.shape[1]), np.int32)
     (sh, sw), (dh, dw), (t, lf, _, _) = stride, dilation, pads
     loops().depthwise(x.transpose(0, 2, 3, 1), w, sh, sw, dh, dw, t, lf, out)
