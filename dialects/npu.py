@@ -84,10 +84,6 @@ from hbir.dialects.hbir import (
     tensor_type,
 )
 
-ROUNDING_MODES = ("half_even", "half_up")
-MULTIPLIER_LIMIT = 1 << 31
-SHIFT_RANGE = (-31, 62)  # as numerics.SHIFT_RANGE (not imported: no numpy here)
-
 # Attributes the compile passes write (discardable: printing keeps them).
 ATTR_TILE = "npu.tile"  # array<i64: index, count>
 ATTR_UNIT = "npu.unit"  # "tae" | "vae" | "aae" | "dte" | "dma" | "cpu"
@@ -105,13 +101,6 @@ ATTR_VALUE_PERM = "npu.value_perm"  # array<i64: ...>
 ATTR_SRAM_LIMIT = "npu.sram_limit"  # bytes; set by npu-tile, checked by verify
 ATTR_CHANNEL_ALIGN = "npu.channel_align"
 ATTR_LAYOUT = "npu.layout"
-
-
-def _int_width(value: SSAValue) -> int:
-    t = tensor_type(value).element_type
-    if not isinstance(t, IntegerType):
-        raise VerifyException(f"expected an integer tensor, got {t}")
-    return t.width.data
 
 
 def _values(attr: DenseArrayBase | None) -> tuple[int, ...]:
@@ -176,7 +165,60 @@ def absorb(new: Operation, replaced: Operation, absorbed: Sequence[Operation]) -
 # ------------------------------------------------------------------ post-process
 
 
-class PostProcessOp(IRDLOperation):
+# ------------------------------------------------------------------ the opcode spec
+
+_NONE = -1  # hbm_opcodes.NONE: an absent buffer or optional i64 field
+
+
+def _array(attr: DenseArrayBase | None):
+    """A ``buffer``-kind field's value: an int64 array, or None."""
+    if attr is None:
+        return None
+    import numpy as np  # here: loading the dialect does not load numpy
+
+    return np.asarray(attr.get_values(), np.int64)
+
+
+def _in_rank(d: int, rank: int) -> int:
+    """A dim counted from the front (a dim out of range stays out of range, for
+    the spec to refuse)."""
+    return d % rank if -rank <= d < rank else d
+
+
+def _value(v: SSAValue) -> tuple[tuple[int, ...], str]:
+    from hbir.dialects.hbir import numpy_dtype
+
+    t = v.type
+    if not isinstance(t, TensorType):
+        raise VerifyException(f"expected a tensor, got {t}")
+    return tuple(t.get_shape()), numpy_dtype(t.element_type).name
+
+
+class OpcodeOp(IRDLOperation):
+    """An npu op that is one NPU instruction. Its opcode's spec in
+    ``runtime/hbm_opcodes.py`` (operands, fields, dtype and shape rules) is its
+    verifier: ``opcode_fields()`` reads the op as the instruction's fields (the
+    dialect's defaults resolved: what the emitter writes and the kernels read),
+    and the op verifies exactly when that instruction would load."""
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        raise NotImplementedError
+
+    def verify_(self) -> None:
+        from hbir.runtime.hbm_opcodes import check_values
+
+        try:
+            name, fields = self.opcode_fields()
+            operands = [_value(v) for v in self.operands]
+            results = [_value(v) for v in self.results]
+        except (IndexError, TypeError, ValueError, ZeroDivisionError) as e:
+            raise VerifyException(f"malformed {self.name}: {e}") from None
+        problem = check_values(name, operands, results, fields)
+        if problem is not None:
+            raise VerifyException(problem)
+
+
+class PostProcessOp(OpcodeOp):
     """A compute op with its requantization fused in (the NPU's post-process).
 
     From the op's exact result ``acc`` (saturated to ``acc_bits``: the width of
@@ -208,38 +250,32 @@ class PostProcessOp(IRDLOperation):
     def has_post(self) -> bool:
         return self.multiplier is not None
 
-    def verify_post(self) -> None:
-        if self.rounding.data not in ROUNDING_MODES:
-            raise VerifyException(f"rounding must be one of {ROUNDING_MODES}")
-        width = _int_width(self.results[0])
-        if (self.multiplier is None) != (self.shift is None):
-            raise VerifyException("multiplier and shift go together")
-        if self.multiplier is not None:
-            m, s = _values(self.multiplier), _values(self.shift)
-            if len(m) != len(s) or len(m) not in (1, self.channels()):
-                raise VerifyException(
-                    f"{len(m)} multipliers and {len(s)} shifts for "
-                    f"{self.channels()} channels"
-                )
-            if any(not 0 <= v < MULTIPLIER_LIMIT for v in m):
-                raise VerifyException("multipliers must be in [0, 2**31)")
-            if any(not SHIFT_RANGE[0] <= v <= SHIFT_RANGE[1] for v in s):
-                raise VerifyException(f"shifts must be in {list(SHIFT_RANGE)}")
-        if self.pre_shift is not None and not 0 <= self.pre_shift.value.data <= 31:
-            raise VerifyException("pre_shift must be in [0, 31]")
+    def post_fields(self) -> dict:
+        """The post-process as the opcode spells it (``hbm_opcodes.POST``): the
+        defaults resolved, ``clip`` the result range narrowed by ``clip``."""
+        element = tensor_type(self.results[0]).element_type
+        # (a result that is no integer: the spec refuses it, whatever the width)
+        width = element.width.data if isinstance(element, IntegerType) else 32
+        if self.acc_bits is not None:
+            acc = self.acc_bits.value.data
+        elif self.pre_shift is not None or self.multiplier is not None:
+            acc = 32
+        else:
+            acc = width
+        # always given: the result range unless the op narrows it
+        clip = (-(1 << (width - 1)), (1 << (width - 1)) - 1)
         if self.clip is not None:
-            lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-            c = _values(self.clip)
-            if len(c) != 2 or not lo <= c[0] <= c[1] <= hi:
-                raise VerifyException(
-                    f"clip {list(c)} must be [lo, hi] in [{lo}, {hi}]"
-                )
-        bias = getattr(self, "bias", None)
-        if bias is not None:
-            if _int_width(bias) != 32 or shape_of(bias) != (self.channels(),):
-                raise VerifyException(
-                    f"bias must be tensor<{self.channels()}xsi32>, got {bias.type}"
-                )
+            clip = _values(self.clip)
+        rank = len(shape_of(self.results[0]))
+        return {
+            "acc_bits": acc,
+            "pre_shift": _NONE if self.pre_shift is None else self.pre_shift.value.data,
+            "multiplier": _array(self.multiplier),
+            "shift": _array(self.shift),
+            "rounding": self.rounding.data,
+            "clip": clip,
+            "axis": _in_rank(self.channel_axis(), max(rank, 1)),
+        }
 
 
 def post_properties(
@@ -293,13 +329,6 @@ class ConstantOp(IRDLOperation):
 # ------------------------------------------------------------------ TAE (gemm)
 
 
-def _check_nhwc(op: IRDLOperation, value: SSAValue, what: str) -> tuple[int, ...]:
-    shape = shape_of(value)
-    if len(shape) != 4:
-        raise VerifyException(f"{what} must be 4-d NHWC, got {tensor_type(value)}")
-    return shape
-
-
 @irdl_op_definition
 class ConvOp(PostProcessOp):
     """2-D convolution on NHWC codes with an OHWI weight (TAE), post-process fused.
@@ -332,28 +361,15 @@ class ConvOp(PostProcessOp):
     def pads(self) -> tuple[int, int, int, int]:
         """``(top, left, bottom, right)``."""
         p = _values(self.padding)
-        return (p[0], p[1], p[0], p[1]) if len(p) == 2 else tuple(p)  # type: ignore
+        return (p[0], p[1], p[0], p[1]) if len(p) == 2 else p  # type: ignore
 
-    def verify_(self) -> None:
-        n, h, w, c = _check_nhwc(self, self.input, "input")
-        o, kh, kw, ci = _check_nhwc(self, self.weight, "weight")
-        g = self.groups.value.data
-        if len(_values(self.padding)) not in (2, 4):
-            raise VerifyException("padding must have 2 or 4 values")
-        if g < 1 or c != ci * g or o % g:
-            raise VerifyException(
-                f"weight {[o, kh, kw, ci]} does not fit {c} input channels in "
-                f"{g} groups"
-            )
-        (sh, sw), (dh, dw) = _values(self.stride), _values(self.dilation)
-        t, lf, b, r = self.pads()
-        oh = (h + t + b - dh * (kh - 1) - 1) // sh + 1
-        ow = (w + lf + r - dw * (kw - 1) - 1) // sw + 1
-        if shape_of(self.output) != (n, oh, ow, o):
-            raise VerifyException(
-                f"expected result shape {(n, oh, ow, o)}, got {shape_of(self.output)}"
-            )
-        self.verify_post()
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "conv", {
+            "stride": _values(self.stride),
+            "padding": self.pads(),
+            "dilation": _values(self.dilation),
+            "groups": self.groups.value.data,
+        } | self.post_fields()
 
 
 @irdl_op_definition
@@ -384,22 +400,14 @@ class ConvTransposeOp(PostProcessOp):
     traits = traits_def(Pure())
     assembly_format = _GEMM_FORMAT
 
-    def verify_(self) -> None:
-        n, h, w, c = _check_nhwc(self, self.input, "input")
-        ci, kh, kw, og = _check_nhwc(self, self.weight, "weight")
-        g = self.groups.value.data
-        if ci != c:
-            raise VerifyException(f"weight has {ci} input channels, input has {c}")
-        (sh, sw), (ph, pw) = _values(self.stride), _values(self.padding)
-        (oph, opw), (dh, dw) = _values(self.output_padding), _values(self.dilation)
-        oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
-        ow = (w - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
-        if shape_of(self.output) != (n, oh, ow, og * g):
-            raise VerifyException(
-                f"expected result shape {(n, oh, ow, og * g)}, got "
-                f"{shape_of(self.output)}"
-            )
-        self.verify_post()
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "conv_transpose", {
+            "stride": _values(self.stride),
+            "padding": _values(self.padding),
+            "output_padding": _values(self.output_padding),
+            "dilation": _values(self.dilation),
+            "groups": self.groups.value.data,
+        } | self.post_fields()
 
 
 @irdl_op_definition
@@ -425,20 +433,12 @@ class GemmOp(PostProcessOp):
     traits = traits_def(Pure())
     assembly_format = _GEMM_FORMAT
 
-    def verify_(self) -> None:
-        a, b = shape_of(self.input), shape_of(self.weight)
-        if len(a) < 1 or len(b) < 2:
-            raise VerifyException(f"gemm operands {list(a)} x {list(b)}: too few dims")
-        k_b = b[-1] if self.transpose_b.value.data else b[-2]
-        if a[-1] != k_b:
-            raise VerifyException(f"reduction sizes differ: {a[-1]} vs {k_b}")
-        self.verify_post()
+    def opcode_fields(self) -> tuple[str, dict]:
+        fields = {"transpose_b": bool(self.transpose_b.value.data)}
+        return "gemm", fields | self.post_fields()
 
 
 # ------------------------------------------------------------------ VAE (vector)
-
-
-ELTWISE_KINDS = ("add", "sub", "mul", "maximum", "minimum")
 
 
 @irdl_op_definition
@@ -472,16 +472,12 @@ class EltwiseOp(PostProcessOp):
     def channel_axis(self) -> int:
         return -1 if self.axis is None else self.axis.value.data
 
-    def verify_(self) -> None:
-        if self.kind.data not in ELTWISE_KINDS:
-            raise VerifyException(f"kind must be one of {ELTWISE_KINDS}")
-        if (self.in_multiplier is None) != (self.in_shift is None):
-            raise VerifyException("in_multiplier and in_shift go together")
-        if self.in_multiplier is not None and (
-            len(_values(self.in_multiplier)) != 2 or len(_values(self.in_shift)) != 2
-        ):
-            raise VerifyException("in_multiplier / in_shift need one value per operand")
-        self.verify_post()
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "eltwise", {
+            "kind": self.kind.data,
+            "in_multiplier": _values(self.in_multiplier),
+            "in_shift": _values(self.in_shift),
+        } | self.post_fields()
 
 
 @irdl_op_definition
@@ -504,18 +500,12 @@ class RescaleOp(PostProcessOp):
     def channel_axis(self) -> int:
         return -1 if self.axis is None else self.axis.value.data
 
-    def verify_(self) -> None:
-        if self.multiplier is None:
-            raise VerifyException("a rescale needs a multiplier and a shift")
-        if _int_width(self.input) > 32:
-            raise VerifyException("input must be at most 32 bits wide")
-        if shape_of(self.input) != shape_of(self.output):
-            raise VerifyException("result must have the input shape")
-        self.verify_post()
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "rescale", self.post_fields()
 
 
 @irdl_op_definition
-class CastOp(IRDLOperation):
+class CastOp(OpcodeOp):
     """Integer widening / narrowing with saturation (VAE).
 
     ``%y = npu.cast %x : tensor<2x6x8xsi8> -> tensor<2x6x8xsi32>``
@@ -530,14 +520,12 @@ class CastOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = _MAP_FORMAT
 
-    def verify_(self) -> None:
-        _int_width(self.input), _int_width(self.output)
-        if shape_of(self.input) != shape_of(self.output):
-            raise VerifyException("result must have the input shape")
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "cast", {}
 
 
 @irdl_op_definition
-class LutOp(IRDLOperation):
+class LutOp(OpcodeOp):
     """Table lookup on codes (VAE): the properties and semantics of ``hbir.lut``
     (an int8 ``table``, or the segmented table's fields).
 
@@ -575,10 +563,28 @@ class LutOp(IRDLOperation):
     _ARRAY_FIELDS: ClassVar = HbirLutOp._ARRAY_FIELDS
     SEGMENT_FIELDS: ClassVar = HbirLutOp.SEGMENT_FIELDS
     lut_table = HbirLutOp.lut_table
-    verify_ = HbirLutOp.verify_
 
+    def opcode_fields(self) -> tuple[str, dict]:
+        if self.table is not None:
+            from hbir.dialects.hbir import dense_array
 
-REDUCE_KINDS = ("sum", "max", "mean")
+            return "lut", {"table": dense_array(self.table).astype("int64")}
+        names = ("function", "kind", "rounding", "in_scale", "out_scale")
+        missing = [n for n in (*names, *self._INT_FIELDS) if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"a segmented table needs {missing}")
+        f = {
+            "function": self.function.data,
+            "kind": self.kind.data,
+            "rounding": self.rounding.data,
+            "in_scale": float(self.in_scale.value.data),
+            "out_scale": float(self.out_scale.value.data),
+        }
+        for name in self._INT_FIELDS:
+            f[name] = getattr(self, name).value.data
+        for name in self._ARRAY_FIELDS:
+            f[name] = _array(getattr(self, name))
+        return "lut_segmented", f
 
 
 @irdl_op_definition
@@ -608,19 +614,16 @@ class ReduceOp(PostProcessOp):
     traits = traits_def(Pure())
     assembly_format = _MAP_FORMAT
 
-    def verify_(self) -> None:
-        if self.kind.data not in REDUCE_KINDS:
-            raise VerifyException(f"kind must be one of {REDUCE_KINDS}")
+    def opcode_fields(self) -> tuple[str, dict]:
         rank = len(shape_of(self.input))
-        if any(not -rank <= d < rank for d in _values(self.dims)):
-            raise VerifyException(f"dims {list(_values(self.dims))} out of range")
-        self.verify_post()
+        return "reduce", {
+            "kind": self.kind.data,
+            "dims": tuple(_in_rank(d, rank) for d in _values(self.dims)),
+            "keepdim": bool(self.keepdim.value.data),
+        } | self.post_fields()
 
 
 # ------------------------------------------------------------------ AAE (pool, resize)
-
-
-POOL_KINDS = ("max", "avg")
 
 
 @irdl_op_definition
@@ -651,18 +654,21 @@ class PoolOp(PostProcessOp):
     traits = traits_def(Pure())
     assembly_format = _MAP_FORMAT
 
-    def verify_(self) -> None:
-        if self.kind.data not in POOL_KINDS:
-            raise VerifyException(f"kind must be one of {POOL_KINDS}")
-        _check_nhwc(self, self.input, "input")
-        _check_nhwc(self, self.output, "result")
-        if len(_values(self.padding)) not in (2, 4):
-            raise VerifyException("padding must have 2 or 4 values")
-        self.verify_post()
+    def opcode_fields(self) -> tuple[str, dict]:
+        p = _values(self.padding)
+        return "pool", {
+            "kind": self.kind.data,
+            "kernel": _values(self.kernel),
+            "stride": _values(self.stride),
+            "padding": (p[0], p[1], p[0], p[1]) if len(p) == 2 else p,
+            "dilation": _values(self.dilation),
+            "ceil_mode": bool(self.ceil_mode.value.data),
+            "count_include_pad": bool(self.count_include_pad.value.data),
+        } | self.post_fields()
 
 
 @irdl_op_definition
-class ResizeOp(IRDLOperation):
+class ResizeOp(OpcodeOp):
     """Nearest / bilinear resize of NHWC codes (AAE), as ``hbir.resize2d``.
 
     ``%y = npu.resize %x {size = array<i64: 8, 8>, mode = "nearest"} :
@@ -683,18 +689,23 @@ class ResizeOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = _MAP_FORMAT
 
-    def verify_(self) -> None:
-        n, _, _, c = _check_nhwc(self, self.input, "input")
-        oh, ow = _values(self.size)
-        if shape_of(self.output) != (n, oh, ow, c):
-            raise VerifyException(f"expected result shape {(n, oh, ow, c)}")
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "resize", {
+            "size": _values(self.size),
+            "mode": self.mode.data,
+            "align_corners": bool(self.align_corners.value.data),
+            "scale": () if self.scale is None else tuple(self.scale.get_values()),
+            "weight_bits": _NONE
+            if self.weight_bits is None
+            else self.weight_bits.value.data,
+        }
 
 
 # ------------------------------------------------------------------ DTE / views
 
 
 @irdl_op_definition
-class TransposeOp(IRDLOperation):
+class TransposeOp(OpcodeOp):
     """Layout change (DTE): ``y = np.transpose(x, perm)``.
 
     ``%y = npu.transpose %x {perm = array<i64: 0, 2, 3, 1>} : tensor<2x3x16x16xsi8>
@@ -711,16 +722,12 @@ class TransposeOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = _MAP_FORMAT
 
-    def verify_(self) -> None:
-        perm, shape = _values(self.perm), shape_of(self.input)
-        if sorted(perm) != list(range(len(shape))):
-            raise VerifyException(f"perm {list(perm)} is not a permutation")
-        if shape_of(self.output) != tuple(shape[p] for p in perm):
-            raise VerifyException("result shape does not match perm")
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "transpose", {"perm": _values(self.perm)}
 
 
 @irdl_op_definition
-class ReshapeOp(IRDLOperation):
+class ReshapeOp(OpcodeOp):
     """A view with another shape (same elements, row-major).
 
     ``%y = npu.reshape %x : tensor<2x16x1x1xsi8> -> tensor<2x16xsi8>``
@@ -735,19 +742,12 @@ class ReshapeOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = _MAP_FORMAT
 
-    def verify_(self) -> None:
-        a, b = shape_of(self.input), shape_of(self.output)
-        na = nb = 1
-        for v in a:
-            na *= v
-        for v in b:
-            nb *= v
-        if na != nb:
-            raise VerifyException(f"cannot view {list(a)} as {list(b)}")
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "reshape", {}
 
 
 @irdl_op_definition
-class ConcatOp(IRDLOperation):
+class ConcatOp(OpcodeOp):
     """Concatenation along ``dim``: the inputs written side by side into one buffer.
 
     ``%y = npu.concat %a, %b {dim = 3 : i64} : (tensor<2x4x4x8xsi8>,
@@ -764,27 +764,13 @@ class ConcatOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
 
-    def verify_(self) -> None:
-        shapes = [shape_of(v) for v in self.inputs]
-        if not shapes:
-            raise VerifyException("needs at least one input")
-        rank = len(shapes[0])
-        d = self.dim.value.data % rank
-        total = 0
-        for s in shapes:
-            if len(s) != rank or any(
-                s[i] != shapes[0][i] for i in range(rank) if i != d
-            ):
-                raise VerifyException(f"inputs {shapes} differ outside dim {d}")
-            total += s[d]
-        want = list(shapes[0])
-        want[d] = total
-        if shape_of(self.output) != tuple(want):
-            raise VerifyException(f"expected result shape {tuple(want)}")
+    def opcode_fields(self) -> tuple[str, dict]:
+        rank = len(shape_of(self.output))
+        return "concat", {"dim": _in_rank(self.dim.value.data, rank)}
 
 
 @irdl_op_definition
-class SliceOp(IRDLOperation):
+class SliceOp(OpcodeOp):
     """A strided window ``x[begin:end:step]`` (a view when ``step`` is 1).
 
     ``%y = npu.slice %x {begin = array<i64: 0, 0>, end = array<i64: 2, 8>, step =
@@ -803,20 +789,15 @@ class SliceOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = _MAP_FORMAT
 
-    def verify_(self) -> None:
-        shape = shape_of(self.input)
-        b, e, s = _values(self.begin), _values(self.end), _values(self.step)
-        if not len(b) == len(e) == len(s) == len(shape):
-            raise VerifyException("begin / end / step need one value per dim")
-        want = tuple(
-            len(range(*slice(bi, ei, si).indices(n)))
-            for bi, ei, si, n in zip(b, e, s, shape, strict=True)
-        )
-        if shape_of(self.output) != want:
-            raise VerifyException(f"expected result shape {want}")
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "slice", {
+            "begin": _values(self.begin),
+            "end": _values(self.end),
+            "step": _values(self.step),
+        }
 
 
-class _MoveOp(IRDLOperation):
+class _MoveOp(OpcodeOp):
     T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
     input = operand_def(T)
     output = result_def(T)
@@ -838,6 +819,9 @@ class DmaLoadOp(_MoveOp):
 
     name = "npu.dma_load"
 
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "dma_load", {}
+
 
 @irdl_op_definition
 class DmaStoreOp(_MoveOp):
@@ -847,6 +831,9 @@ class DmaStoreOp(_MoveOp):
     """
 
     name = "npu.dma_store"
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "dma_store", {}
 
 
 # ------------------------------------------------------------------ CPU islands

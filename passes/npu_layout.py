@@ -198,7 +198,7 @@ def _sink(op: Operation) -> bool:
     npu.absorb(back, op, [])
     Rewriter.insert_op(back, InsertPoint.before(op))
     op.results[0].replace_all_uses_with(back.output)
-    olds = [v.owner for v in op.operands]
+    olds = dict.fromkeys(v.owner for v in op.operands)  # once: cat([y, y])
     erase(op)
     for o in olds:
         if isinstance(o, Operation) and not any(r.uses for r in o.results):

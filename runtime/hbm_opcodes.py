@@ -45,7 +45,7 @@ re-checking.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -228,7 +228,10 @@ def _check_conv(ins, code):
     t, lf, b, r = _ints(f, "padding", 4)
     dh, dw = _ints(f, "dilation", 2, 1)
     g = f["groups"]
-    _need(g >= 1 and c == ci * g and o % g == 0, f"weight does not fit {g} groups")
+    _need(
+        g >= 1 and c == ci * g and o % g == 0,
+        f"weight {list(w.shape)} does not fit {c} input channels in {g} groups",
+    )
     want = (n, _windowed(h, t + b, kh, sh, dh), _windowed(wd, lf + r, kw, sw, dw), o)
     _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
     _bias(ins, code, o, 2)
@@ -398,17 +401,25 @@ def _check_pool(ins, code):
 def _check_resize(ins, code):
     (x,), (y,) = _ops(ins, code)
     f = ins.fields
-    n, _, _, c = _rank(x, 4, "input")
-    _signed(x, "input")
-    _need(x.dtype == y.dtype, "resize keeps the dtype")
+    n, h, w, c = _rank(x, 4, "input")
     _need(f["mode"] in RESIZE_MODES, f"mode {f['mode']!r}")
+    _need(
+        not f["align_corners"] or f["mode"] == "bilinear",
+        "align_corners applies only to bilinear mode",
+    )
     oh, ow = _ints(f, "size", 2, 1)
     _need(y.shape == (n, oh, ow, c), f"result shape {list(y.shape)}")
+    if f["weight_bits"] == NONE:
+        _need(x.dtype == y.dtype, "resize keeps the dtype (without weight_bits)")
+    else:  # the NPU's bilinear: integer weights, exact si32 weighted sums
+        _need(f["mode"] == "bilinear", "weight_bits is for the bilinear NPU resize")
+        _need(
+            f["weight_bits"] == numerics.BILINEAR_BITS,
+            f"weight_bits must be {numerics.BILINEAR_BITS}, got {f['weight_bits']}",
+        )
+        _signed(x, "input")
+        _need(y.dtype == "int32", f"the weighted sums are int32, got {y.dtype}")
     _need(len(f["scale"]) in (0, 2), "scale: 0 or 2 values")
-    _need(
-        f["weight_bits"] == NONE or f["mode"] == "bilinear",
-        "weight_bits is for the bilinear NPU resize",
-    )
 
 
 def _check_transpose(ins, code):
@@ -483,6 +494,48 @@ def check(ins: Instruction, code: FunctionCode) -> str | None:
     except (KeyError, IndexError, TypeError, ValueError) as e:
         return f"{op.name}: malformed instruction ({type(e).__name__}: {e})"
     return None
+
+
+def check_values(
+    name: str,
+    operands: Sequence[tuple[tuple[int, ...], str]],
+    results: Sequence[tuple[tuple[int, ...], str]],
+    fields: Mapping[str, object],
+) -> str | None:
+    """Opcode ``name``'s rule on values rather than a program's buffers: the
+    operands and results as (shape, dtype name), every field of the opcode with
+    ``buffer`` fields as integer arrays (None: none). The npu dialect's
+    verifier is this call, so an op verifies exactly when its instruction
+    would load (``tests/runtime/test_hbm_opcodes.py`` checks it per opcode)."""
+    from hbir.runtime.hbm_program import Buffer, FunctionCode, Instruction
+
+    op = BY_NAME[name]
+    for what, values, want in (
+        ("operands", operands, op.operands),
+        ("results", results, op.results),
+    ):
+        if want is not None and len(values) != want:
+            return f"{name}: takes {want} {what}, got {len(values)}"
+    buffers: dict[int, Buffer] = {}
+    constants: dict[int, np.ndarray] = {}
+
+    def add(shape, dtype: str, space: str = "sram") -> int:
+        i = len(buffers)
+        buffers[i] = Buffer(i, space, 0, 0, tuple(shape), dtype)
+        return i
+
+    args = tuple(add(*v) for v in operands)
+    outs = tuple(add(*v) for v in results)
+    given = {}
+    for field, kind in op.fields:
+        value = fields[field]
+        if kind == "buffer" and value is not None:
+            array = np.asarray(value)
+            value = add(array.shape, array.dtype.name, "const")
+            constants[value] = array
+        given[field] = NONE if value is None else value
+    code = FunctionCode(name, (), (), buffers, (), (), [], [], constants)
+    return check(Instruction(op.number, args, outs, given, op.unit), code)
 
 
 # ------------------------------------------------------------------ the table

@@ -43,7 +43,6 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 import torch.nn.functional as F
-from xdsl.dialects.builtin import IntegerType
 from xdsl.ir import Operation
 
 from hbir.dialects import npu
@@ -61,157 +60,12 @@ Out = tuple[tuple[int, ...], np.dtype]
 # ------------------------------------------------------------------ fields of an op
 
 
-def _width(value) -> int:
-    t = value.type.element_type
-    assert isinstance(t, IntegerType), f"expected an integer tensor, got {t}"
-    return t.width.data
-
-
-def _vals(attr) -> tuple[int, ...]:
-    return () if attr is None else tuple(int(v) for v in attr.get_values())
-
-
-def _array(attr) -> np.ndarray | None:
-    return None if attr is None else np.asarray(attr.get_values(), np.int64)
-
-
-def _post_fields(op: npu.PostProcessOp) -> dict:
-    """The post-process as the opcode fields spell it (``hbm_opcodes.POST``)."""
-    width = _width(op.results[0])
-    if op.acc_bits is not None:
-        acc = op.acc_bits.value.data
-    elif op.pre_shift is not None or op.multiplier is not None:
-        acc = 32
-    else:
-        acc = width
-    lo, hi = numerics.qrange(width)
-    if op.clip is not None:
-        c_lo, c_hi = _vals(op.clip)
-        lo, hi = max(lo, c_lo), min(hi, c_hi)
-    rank = len(op.results[0].type.get_shape())
-    return {
-        "acc_bits": acc,
-        "pre_shift": NONE if op.pre_shift is None else op.pre_shift.value.data,
-        "multiplier": _array(op.multiplier),
-        "shift": _array(op.shift),
-        "rounding": op.rounding.data,
-        "clip": (lo, hi),
-        "axis": op.channel_axis() % max(rank, 1),
-    }
-
-
-def _conv_fields(op: npu.ConvOp) -> dict:
-    return {
-        "stride": _vals(op.stride),
-        "padding": tuple(op.pads()),
-        "dilation": _vals(op.dilation),
-        "groups": op.groups.value.data,
-    }
-
-
-def _conv_transpose_fields(op: npu.ConvTransposeOp) -> dict:
-    return {
-        "stride": _vals(op.stride),
-        "padding": _vals(op.padding),
-        "output_padding": _vals(op.output_padding),
-        "dilation": _vals(op.dilation),
-        "groups": op.groups.value.data,
-    }
-
-
-def _eltwise_fields(op: npu.EltwiseOp) -> dict:
-    return {
-        "kind": op.kind.data,
-        "in_multiplier": _vals(op.in_multiplier),
-        "in_shift": _vals(op.in_shift),
-    }
-
-
-def _reduce_fields(op: npu.ReduceOp) -> dict:
-    rank = len(op.input.type.get_shape())
-    return {
-        "kind": op.kind.data,
-        "dims": tuple(d % rank for d in _vals(op.dims)),
-        "keepdim": bool(op.keepdim.value.data),
-    }
-
-
-def _pool_fields(op: npu.PoolOp) -> dict:
-    return {
-        "kind": op.kind.data,
-        "kernel": _vals(op.kernel),
-        "stride": _vals(op.stride),
-        "padding": integer_ops.pads4(_vals(op.padding)),
-        "dilation": _vals(op.dilation),
-        "ceil_mode": bool(op.ceil_mode.value.data),
-        "count_include_pad": bool(op.count_include_pad.value.data),
-    }
-
-
-def _lut_fields(op: npu.LutOp) -> tuple[str, dict]:
-    if op.table is not None:
-        return "lut", {"table": dense_array(op.table).astype(np.int64)}
-    f = {
-        "function": op.function.data,
-        "kind": op.kind.data,
-        "rounding": op.rounding.data,
-        "in_scale": float(op.in_scale.value.data),
-        "out_scale": float(op.out_scale.value.data),
-    }
-    for name in npu.LutOp._INT_FIELDS:
-        f[name] = getattr(op, name).value.data
-    for name in npu.LutOp._ARRAY_FIELDS:
-        f[name] = _array(getattr(op, name))
-    return "lut_segmented", f
-
-
-def _resize_fields(op: npu.ResizeOp) -> dict:
-    return {
-        "size": _vals(op.size),
-        "mode": op.mode.data,
-        "align_corners": bool(op.align_corners.value.data),
-        "scale": () if op.scale is None else tuple(op.scale.get_values()),
-        "weight_bits": NONE if op.weight_bits is None else op.weight_bits.value.data,
-    }
-
-
-def _slice_fields(op: npu.SliceOp) -> dict:
-    return {"begin": _vals(op.begin), "end": _vals(op.end), "step": _vals(op.step)}
-
-
-_FIELDS: dict[type, Callable[[Operation], tuple[str, dict]]] = {
-    npu.ConvOp: lambda op: ("conv", _conv_fields(op) | _post_fields(op)),
-    npu.ConvTransposeOp: lambda op: (
-        "conv_transpose",
-        _conv_transpose_fields(op) | _post_fields(op),
-    ),
-    npu.GemmOp: lambda op: (
-        "gemm",
-        {"transpose_b": bool(op.transpose_b.value.data)} | _post_fields(op),
-    ),
-    npu.EltwiseOp: lambda op: ("eltwise", _eltwise_fields(op) | _post_fields(op)),
-    npu.RescaleOp: lambda op: ("rescale", _post_fields(op)),
-    npu.ReduceOp: lambda op: ("reduce", _reduce_fields(op) | _post_fields(op)),
-    npu.CastOp: lambda op: ("cast", {}),
-    npu.LutOp: _lut_fields,
-    npu.PoolOp: lambda op: ("pool", _pool_fields(op) | _post_fields(op)),
-    npu.ResizeOp: lambda op: ("resize", _resize_fields(op)),
-    npu.TransposeOp: lambda op: ("transpose", {"perm": _vals(op.perm)}),
-    npu.ReshapeOp: lambda op: ("reshape", {}),
-    npu.SliceOp: lambda op: ("slice", _slice_fields(op)),
-    npu.ConcatOp: lambda op: (
-        "concat",
-        {"dim": op.dim.value.data % len(op.output.type.get_shape())},
-    ),
-    npu.DmaLoadOp: lambda op: ("dma_load", {}),
-    npu.DmaStoreOp: lambda op: ("dma_store", {}),
-}
-
-
 def fields_of(op: Operation) -> tuple[str, dict]:
-    """(opcode name, fields) of an npu op (not ``npu.constant`` / ``npu.cpu_call``,
-    which the emitter turns into constants and islands)."""
-    return _FIELDS[type(op)](op)
+    """(opcode name, fields) of an npu op (``OpcodeOp.opcode_fields``: the one
+    reading of an op as its instruction, which its verifier checks); not
+    ``npu.constant`` / ``npu.cpu_call``, which the emitter turns into constants
+    and islands."""
+    return op.opcode_fields()
 
 
 # ------------------------------------------------------------------ post-process
@@ -680,7 +534,9 @@ def _cpu_call(op: npu.CpuCallOp, *args, rounding: str = numerics.HALF_EVEN):
     raise interp.InterpreterError("npu.cpu_call region has no npu.yield")
 
 
-KERNELS = {cls: _kernel for cls in _FIELDS} | {
+KERNELS = {
+    cls: _kernel for cls in npu.NPU.operations if issubclass(cls, npu.OpcodeOp)
+} | {
     npu.ConstantOp: _constant,
     npu.CpuCallOp: _cpu_call,
 }

@@ -491,6 +491,10 @@ _CONDITIONS: dict[str, Callable[..., bool]] = {
     "F.interpolate": _interpolate_keeps_grid,
 }
 
+# torch modules whose forward is one call of a functional prepare has a rule for:
+# traced into, so the call gets that rule (nn.Upsample and its subclasses
+# UpsamplingNearest2d / UpsamplingBilinear2d call F.interpolate).
+TRACED_THROUGH: tuple[type, ...] = (nn.Upsample,)
 MODULE_RULES: dict[type, OpRule] = {}
 FUNCTION_RULES: dict[Callable, OpRule] = {}
 METHOD_RULES: dict[str, OpRule] = {}

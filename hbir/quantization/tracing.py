@@ -28,7 +28,7 @@ from torch.fx.node import _get_qualified_name
 
 from hbir.quantization import stubs
 from hbir.quantization.decompositions import Decomposition
-from hbir.quantization.op_rules import module_rule
+from hbir.quantization.op_rules import TRACED_THROUGH, module_rule
 from hbir.quantization.qat_modules import DeQuantStub, QATModule
 
 
@@ -54,7 +54,7 @@ class HbirTracer(fx.Tracer):
         return node
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if isinstance(m, Decomposition):
+        if isinstance(m, (Decomposition, *TRACED_THROUGH)):
             return False
         leaves = (stubs.QuantStub, stubs.DeQuantStub, QATModule, DeQuantStub)
         if isinstance(m, leaves) or module_rule(m) is not None:

@@ -1,0 +1,108 @@
+"""Everyday ops of detection and segmentation models, all the way to model.hbm.
+
+Each small graph (resizes and upsampling modules, a value concatenated with itself
+or repeated, an FPN neck) is prepared, calibrated, exported, converted and
+compiled; the ``model.hbm`` loaded back from its file must give outputs
+bit-identical to quantized.bc's (the interpreter: the independent reference).
+The first two are the regressions of issue 26: every bilinear ``F.interpolate``
+failed to write ("resize keeps the dtype"), and ``torch.cat([y, y])`` after a conv
+crashed npu-layout ("Cannot detach a toplevel operation").
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from zoo_stages import validated
+
+import hbir
+from hbir.quantization import DeQuantStub, QuantStub, export
+
+
+class _Head(nn.Module):
+    """quant -> conv -> ``body`` -> dequant (the op under test after a conv)."""
+
+    def __init__(self, body, channels=4):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.conv = nn.Conv2d(3, channels, 3, padding=1)
+        self.body = body
+
+    def forward(self, x):
+        return self.dequant(self.body(self, F.relu(self.conv(self.quant(x)))))
+
+
+class _Fpn(nn.Module):
+    """A two-level FPN neck: lateral 1x1 convs, a top-down nearest upsample and
+    add, a 3x3 output conv per level (torchvision's FeaturePyramidNetwork shape)."""
+
+    def __init__(self, mode="nearest"):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.lat0, self.lat1 = nn.Conv2d(8, 8, 1), nn.Conv2d(16, 8, 1)
+        self.out0, self.out1 = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, 1, 1)
+        self.mode = mode
+
+    def forward(self, x):
+        c0 = F.relu(self.stem(self.quant(x)))
+        c1 = F.relu(self.down(c0))
+        p1 = self.lat1(c1)
+        up = F.interpolate(p1, size=c0.shape[-2:], mode=self.mode)
+        p0 = self.lat0(c0) + up
+        return self.dequant(self.out0(p0)), self.dequant(self.out1(p1))
+
+
+class _Upsampled(_Head):
+    """``_Head`` whose body is an upsampling module (a submodule prepare sees)."""
+
+    def __init__(self, module):
+        super().__init__(lambda m, y: m.up(y))
+        self.up = module
+
+
+GRAPHS = {
+    "bilinear-scale": lambda: _Head(
+        lambda m, y: F.interpolate(y, scale_factor=2.0, mode="bilinear")
+    ),
+    "bilinear-size-align-corners": lambda: _Head(
+        lambda m, y: F.interpolate(y, size=(13, 7), mode="bilinear", align_corners=True)
+    ),
+    "nearest-size": lambda: _Head(lambda m, y: F.interpolate(y, size=(16, 12))),
+    "upsample-module": lambda: _Upsampled(nn.Upsample(scale_factor=2)),
+    "upsample-bilinear-module": lambda: _Upsampled(
+        nn.Upsample(scale_factor=2, mode="bilinear")
+    ),
+    "upsampling-nearest2d": lambda: _Upsampled(nn.UpsamplingNearest2d(scale_factor=2)),
+    "cat-self": lambda: _Head(lambda m, y: torch.cat([y, y], 1)),
+    "cat-self-thrice-spatial": lambda: _Head(lambda m, y: torch.cat([y, y, y], 3)),
+    "repeat": lambda: _Head(lambda m, y: y.repeat(1, 2, 1, 1)),
+    "repeat-spatial": lambda: _Head(lambda m, y: y.repeat(1, 1, 2, 3)),
+    "add-self": lambda: _Head(lambda m, y: y + y),
+    "fpn-nearest": lambda: _Fpn(),
+    "fpn-bilinear": lambda: _Fpn("bilinear"),
+}
+
+
+def _outputs(result: dict) -> list[np.ndarray]:
+    return [np.asarray(result[k]) for k in sorted(result)]
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_everyday_ops_reach_a_bit_identical_model_hbm(name, tmp_path):
+    torch.manual_seed(0)
+    inputs = [torch.randn(1, 3, 8, 6) for _ in range(3)]
+    qat = validated(GRAPHS[name](), inputs, tmp_path)
+    quantized = hbir.convert(export(qat, (inputs[0],)), "nash-e")
+    hbir.compile(quantized, str(tmp_path / "model.hbm"), "nash-e")
+    hbm = hbir.load(str(tmp_path / "model.hbm"))
+    for x in inputs:
+        feed = {"_input_0": x.numpy()}
+        want = _outputs(quantized["forward"].feed(feed))
+        got = _outputs(hbm["forward"].feed(feed))
+        assert len(want) == len(got)
+        for w, g in zip(want, got, strict=True):
+            assert w.dtype == g.dtype and w.shape == g.shape
+            assert w.tobytes() == g.tobytes(), f"{name}: model.hbm differs"
