@@ -28,7 +28,9 @@ def _conv(x, w, out, **props):
 
 def test_conv_checks_its_nhwc_shapes():
     _conv(_t(1, 4, 4, 3), _t(8, 3, 3, 3), (1, 4, 4, 8)).verify()
-    with pytest.raises(VerifyException, match=r"result shape \[1, 4, 4, 9\], expected \[1, 4, 4, 8\]"):
+    with pytest.raises(
+        VerifyException, match=r"result shape \[1, 4, 4, 9\], expected \[1, 4, 4, 8\]"
+    ):
         _conv(_t(1, 4, 4, 3), _t(8, 3, 3, 3), (1, 4, 4, 9)).verify()
     with pytest.raises(VerifyException, match="does not fit 4 input channels"):
         _conv(_t(1, 4, 4, 4), _t(8, 3, 3, 3), (1, 4, 4, 8)).verify()
