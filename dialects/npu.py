@@ -771,7 +771,8 @@ class ConcatOp(OpcodeOp):
 
 @irdl_op_definition
 class SliceOp(OpcodeOp):
-    """A strided window ``x[begin:end:step]`` (a view when ``step`` is 1).
+    """A strided window ``x[begin:end:step]``, as Python slices it: a negative
+    step walks backwards (``torch.flip`` of a dim of size n: ``[n-1 : -n-1 : -1]``).
 
     ``%y = npu.slice %x {begin = array<i64: 0, 0>, end = array<i64: 2, 8>, step =
     array<i64: 1, 1>} : tensor<2x16xsi8> -> tensor<2x8xsi8>``

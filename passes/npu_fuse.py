@@ -53,8 +53,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from hbir.dialects import npu
 from hbir.dialects.hbir import dense_array, i64_attr, ints, shape_of
-from hbir.passes.npu_layout import constant
-from hbir.passes.npu_lower import erase, require_lowered
+from hbir.passes.npu_lower import constant, erase, require_lowered
 
 _GEMMS = (npu.ConvOp, npu.ConvTransposeOp, npu.GemmOp)
 _IDENTITY = (1 << 30, 30)

@@ -37,8 +37,6 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -51,15 +49,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from hbir.dialects import npu
 from hbir.dialects.hbir import dense_array, i64_attr, ints
 from hbir.passes.march import get_npu
-from hbir.passes.npu_lower import erase, require_lowered, transpose
-
-
-def constant(values: np.ndarray, element) -> npu.ConstantOp:
-    t = TensorType(element, list(values.shape))
-    from hbir.dialects.hbir import numpy_dtype
-
-    data = np.ascontiguousarray(values.astype(numpy_dtype(element))).tobytes()
-    return npu.ConstantOp(DenseIntOrFPElementsAttr(t, BytesAttr(data)))
+from hbir.passes.npu_lower import constant, erase, require_lowered, transpose
 
 
 def _perm(op: npu.TransposeOp) -> tuple[int, ...]:

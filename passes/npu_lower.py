@@ -35,20 +35,23 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     BoolAttr,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
     IntegerType,
     ModuleOp,
     StringAttr,
     TensorType,
 )
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from hbir.dialects import hbir, npu, qnt
-from hbir.dialects.hbir import ints, shape_of
+from hbir.dialects.hbir import i64_attr, ints, shape_of
 from hbir.dialects.op_ids import op_ids
 from hbir.errors import HbirError
 from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
+from hbir.runtime import op_table
 
 NHWC = (0, 2, 3, 1)
 NCHW = (0, 3, 1, 2)
@@ -306,6 +309,99 @@ def _copy_as(cls, names: tuple[str, ...]) -> Rule:
     return rule
 
 
+def _slice(value: SSAValue, t: Attribute, begin, end, step) -> npu.SliceOp:
+    return npu.SliceOp.create(
+        operands=[value],
+        result_types=[t],
+        properties={"begin": ints(begin), "end": ints(end), "step": ints(step)},
+    )
+
+
+def _split(op: hbir.SplitOp):
+    """One slice per piece."""
+    shape = list(shape_of(op.input))
+    dim, start, pieces = op.dim.value.data % len(shape), 0, []
+    for result, size in zip(op.outputs, op.sizes.get_values(), strict=True):
+        begin, end = [0] * len(shape), list(shape)
+        begin[dim], end[dim] = start, start + size
+        pieces.append(_slice(op.input, result.type, begin, end, [1] * len(shape)))
+        start += size
+    return pieces, [p.output for p in pieces]
+
+
+def _flip(op: hbir.FlipOp):
+    """A slice that walks the flipped dims backwards."""
+    shape = shape_of(op.input)
+    dims = {d % len(shape) for d in op.dims.get_values()}
+    flipped = [i in dims for i in range(len(shape))]
+    s = _slice(
+        op.input,
+        op.output.type,
+        [n - 1 if f else 0 for n, f in zip(shape, flipped, strict=True)],
+        [-n - 1 if f else n for n, f in zip(shape, flipped, strict=True)],
+        [-1 if f else 1 for f in flipped],
+    )
+    return [s], [s.output]
+
+
+def constant(values, element) -> npu.ConstantOp:
+    """An ``npu.constant`` of ``values`` (a numpy array) as ``element`` codes."""
+    import numpy as np
+
+    from hbir.dialects.hbir import numpy_dtype
+
+    t = TensorType(element, list(values.shape))
+    data = np.ascontiguousarray(values.astype(numpy_dtype(element))).tobytes()
+    return npu.ConstantOp(DenseIntOrFPElementsAttr(t, BytesAttr(data)))
+
+
+def _pad(op: hbir.PadOp):
+    """Negative amounts crop (a slice); the others concatenate blocks of the
+    fill code (the value rounded half to even, saturated: as the interpreter)."""
+    import numpy as np
+
+    from hbir.dialects.hbir import numpy_dtype
+
+    element = op.input.type.element_type
+    info = np.iinfo(numpy_dtype(element))
+    fill = min(max(round(op.value.value.data), int(info.min)), int(info.max))
+    low, high = op.low.get_values(), op.high.get_values()
+    shape = list(shape_of(op.input))
+    new: list[Operation] = []
+    x = op.input
+    if any(v < 0 for v in (*low, *high)):
+        begin = [max(-lo, 0) for lo in low]
+        end = [n - max(-hi, 0) for n, hi in zip(shape, high, strict=True)]
+        shape = [e - b for b, e in zip(begin, end, strict=True)]
+        new.append(_slice(x, TensorType(element, shape), begin, end, [1] * len(shape)))
+        x = new[-1].output
+    for dim, (lo, hi) in enumerate(zip(low, high, strict=True)):
+        parts = []
+        for amount in (lo, hi):
+            if amount > 0:
+                block = list(shape)
+                block[dim] = amount
+                new.append(constant(np.full(block, fill), element))
+                parts.append(new[-1].output)
+            else:
+                parts.append(None)
+        if parts == [None, None]:
+            continue
+        shape[dim] += max(lo, 0) + max(hi, 0)
+        inputs = [v for v in (parts[0], x, parts[1]) if v is not None]
+        new.append(
+            npu.ConcatOp.create(
+                operands=inputs,
+                result_types=[TensorType(element, shape)],
+                properties={"dim": i64_attr(dim)},
+            )
+        )
+        x = new[-1].output
+    if not new:  # no padding at all: a view
+        new.append(npu.ReshapeOp.create(operands=[x], result_types=[op.output.type]))
+    return new, [new[-1].results[0]]
+
+
 RULES: dict[type[Operation], Rule] = {
     hbir.Conv2dOp: _conv,
     hbir.ConvTranspose2dOp: _conv_transpose,
@@ -332,6 +428,9 @@ RULES: dict[type[Operation], Rule] = {
     hbir.SliceOp: _copy_as(npu.SliceOp, ("begin", "end", "step")),
     hbir.ReshapeOp: _copy_as(npu.ReshapeOp, ()),
     hbir.TransposeOp: _copy_as(npu.TransposeOp, ("perm",)),
+    hbir.SplitOp: _split,
+    hbir.FlipOp: _flip,
+    hbir.PadOp: _pad,
 }
 
 _EXACT = "qnt.exact"
@@ -346,9 +445,15 @@ def cpu_reason(op: Operation) -> str | None:
         return why.data if isinstance(why, StringAttr) else "float"
     if _EXACT in op.attributes:
         return "marked qnt.exact"
-    if type(op) not in RULES:
-        return f"no npu lowering for '{op.name}'"
-    return None
+    if type(op) in RULES:
+        return None
+    declared = op_table.CPU_REASONS.get(op.name)
+    if declared is None:
+        raise CompileError(
+            f"npu-lower: '{op.name}' at {op.location} has no npu lowering, and the "
+            "op table (runtime/op_table.py) does not place it on the CPU"
+        )
+    return declared
 
 
 # ------------------------------------------------------------------ islands
@@ -512,8 +617,12 @@ def check_quantized(module: ModuleOp) -> None:
             )
 
 
-def require_lowered(module: ModuleOp, pass_name: str) -> None:
-    """The passes after npu-lower take npu ops only (hbir / qnt inside CPU islands)."""
+def require_lowered(module: ModuleOp, pass_name: str, after: bool = False) -> None:
+    """What is legal from npu-lower on (the compile phase's conversion target):
+    a function's top level holds npu ops and ``func.return``; hbir / qnt ops only
+    inside ``npu.cpu_call`` islands, each with its reason. The passes after
+    npu-lower check it of what they take; npu-lower of what it leaves
+    (``after``: an op it left is its own bug)."""
     for f in module.body.block.ops:
         if not isinstance(f, func.FuncOp):
             continue
@@ -521,8 +630,18 @@ def require_lowered(module: ModuleOp, pass_name: str) -> None:
             if op.dialect_name() in ("hbir", "qnt"):
                 raise CompileError(
                     f"{pass_name}: '{op.name}' at {op.location} is not lowered to the "
-                    "npu dialect: run npu-lower first (hbir-opt --compile-to="
-                    f"{pass_name} runs the phase up to it)"
+                    "npu dialect"
+                    + (
+                        " (npu-lower left it: a compiler bug)"
+                        if after
+                        else ": run npu-lower first (hbir-opt --compile-to="
+                        f"{pass_name} runs the phase up to it)"
+                    )
+                )
+            if isinstance(op, npu.CpuCallOp) and not (op.reason and op.reason.data):
+                raise CompileError(
+                    f"{pass_name}: the npu.cpu_call at {op.location} gives no reason "
+                    "for running on the CPU"
                 )
 
 
@@ -539,3 +658,4 @@ class NpuLowerPass(ModulePass):
         for f in op.body.block.ops:
             if isinstance(f, func.FuncOp):
                 lower_function(f)
+        require_lowered(op, self.name, after=True)

@@ -54,8 +54,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from hbir.dialects import npu
 from hbir.dialects.hbir import dense_array, i64_attr, ints, shape_of
 from hbir.passes.march import get_npu
-from hbir.passes.npu_layout import constant
-from hbir.passes.npu_lower import CompileError, erase, require_lowered
+from hbir.passes.npu_lower import CompileError, constant, erase, require_lowered
 
 
 def _slice(value: SSAValue, axis: int, lo: int, hi: int) -> npu.SliceOp:

@@ -444,7 +444,7 @@ def _check_slice(ins, code):
     f = ins.fields
     b, e, s = f["begin"], f["end"], f["step"]
     _need(len(b) == len(e) == len(s) == len(x.shape), "one begin / end / step a dim")
-    _need(all(v >= 1 for v in s), "steps must be positive")
+    _need(all(v != 0 for v in s), "steps must not be 0")
     want = tuple(
         len(range(*slice(bi, ei, si).indices(n)))
         for bi, ei, si, n in zip(b, e, s, x.shape, strict=True)

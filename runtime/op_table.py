@@ -18,7 +18,11 @@ An entry binds
   sees it: IR-only ops);
 * ``lut``: the lookup table that evaluates it in fixed point, a key of
   ``numerics.LUT_FUNCTIONS`` (``gelu`` with ``approximate="tanh"`` uses
-  ``gelu_tanh``).
+  ``gelu_tanh``);
+* ``cpu``: why the hbir op runs on the CPU in ``model.hbm`` even on integer codes
+  (an ``npu.cpu_call`` with this reason). None: ``npu-lower`` has a rule for it
+  (``FLOAT`` ops without one are float CPU islands). An integer op with neither is
+  a located compile error, never a silent island.
 
 Everything else is derived from here: the dialect's table names and LUT op set, the
 interpreter's rounding-dependent kernels, the convert passes' op sets, prepare's
@@ -57,15 +61,16 @@ class OpEntry:
     torch: tuple[str, ...] = ()
     quantized: str = MODULE
     lut: str | None = None
+    cpu: str | None = None
 
 
 def _lut(op: str, *torch: str) -> OpEntry:
     return OpEntry(op, f"hbir.{op}", LUT, torch, MODULE, lut=op)
 
 
-def _ir(name: str, lowering: str) -> OpEntry:
+def _ir(name: str, lowering: str, cpu: str | None = None) -> OpEntry:
     """An op that only exists in IR (no torch spelling), named as in the IR."""
-    return OpEntry(name, name, lowering, (), NONE)
+    return OpEntry(name, name, lowering, (), NONE, cpu=cpu)
 
 
 _METHODS_RESHAPE = ("view", "view_as", "reshape", "reshape_as", "flatten")
@@ -290,13 +295,15 @@ OPS: tuple[OpEntry, ...] = (
     # ---------------------------------------------------------------- IR only
     _ir("hbir.constant", QUANT),
     _ir("hbir.lut", INTEGER),
-    _ir("hbir.image_convert", INTEGER),
-    _ir("hbir.image_preprocess", IMAGE),
-    _ir("qnt.const_fake_quant", QUANT),
-    _ir("qnt.quantize", QUANT),
-    _ir("qnt.dequantize", QUANT),
+    # the camera input's colour conversion: the CPU's, at the model's edge
+    _ir("hbir.image_convert", INTEGER, cpu="image input conversion"),
+    _ir("hbir.image_preprocess", IMAGE, cpu="image input preprocessing"),
+    _ir("qnt.const_fake_quant", QUANT, cpu="fake quantization (convert first)"),
+    # float <-> codes at the model's edges
+    _ir("qnt.quantize", QUANT, cpu="quantize"),
+    _ir("qnt.dequantize", QUANT, cpu="dequantize"),
     _ir("qnt.requantize", QUANT),
-    _ir("qnt.barrier", QUANT),
+    _ir("qnt.barrier", QUANT, cpu="float island edge"),
 )
 
 
@@ -318,6 +325,26 @@ LOWERING: dict[str, str] = _lowerings()
 
 # hbir op name -> its lookup table (numerics.LUT_FUNCTIONS key): the LUT op set
 LUT_TABLES: dict[str, str] = {e.hbir: e.lut for e in OPS if e.lut is not None}
+
+
+def _cpu_reasons() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for entry in OPS:
+        if entry.hbir is None:
+            continue
+        reason = entry.cpu or (
+            f"no npu op computes '{entry.hbir}' (float in the op table)"
+            if entry.lowering == FLOAT
+            else None
+        )
+        if reason is not None and found.setdefault(entry.hbir, reason) != reason:
+            raise AssertionError(f"{entry.hbir}: two CPU reasons in the op table")
+    return found
+
+
+# hbir op name -> why it stays on the CPU in model.hbm (on integer codes too);
+# every other hbir op has an npu-lower rule
+CPU_REASONS: dict[str, str] = _cpu_reasons()
 
 # prepare's op name -> entry
 BY_OP: dict[str, OpEntry] = {e.op: e for e in OPS}

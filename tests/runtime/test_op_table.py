@@ -1,9 +1,10 @@
 """The op table: every layer's view of an op agrees with its one entry.
 
 The end-to-end test takes every torch spelling prepare accepts through prepare,
-calibration, pre_export, export and convert: export must emit it bit-identically to
-qat.export.pt, and convert must bring it to fixed point unless the table declares
-its hbir op float.
+calibration, pre_export, export, convert and compile: export must emit it
+bit-identically to qat.export.pt, convert must bring it to fixed point unless the
+table declares its hbir op float, and the model.hbm loaded back from its file must
+be bit-identical to quantized.bc, with CPU islands only where a reason is declared.
 """
 
 import operator
@@ -16,9 +17,11 @@ from torch import nn
 from zoo_stages import validated
 
 import hbir
+from hbir.compile import lower_to_npu
 from hbir.dialects import hbir as hb
 from hbir.dialects import npu, qnt
 from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
+from hbir.passes.npu_lower import RULES, CompileError
 from hbir.quantization import (
     DeQuantStub,
     QuantStub,
@@ -80,6 +83,26 @@ def test_prepare_rules_are_exactly_the_table_s_spellings():
         op_rules.PASSTHROUGH_FUNCTIONS
     ) | set(op_rules.CONDITIONAL_PASSTHROUGH)
     assert methods == set(op_rules.METHOD_RULES) | op_rules.PASSTHROUGH_METHODS
+
+
+def test_every_dialect_op_is_lowered_to_the_npu_or_placed_on_the_cpu():
+    lowered = {cls.name for cls in RULES} | {"hbir.constant"}
+    tables = set(op_table.ops_lowered_as(op_table.LUT))  # become hbir.lut in convert
+    assert set(DIALECT_OPS) - tables <= lowered | set(op_table.CPU_REASONS)
+    declared = {e.hbir for e in op_table.OPS if e.cpu is not None}
+    assert not declared & lowered, "an op both lowered and declared CPU"
+
+
+def test_an_integer_op_with_no_npu_rule_is_a_located_error(monkeypatch):
+    text = (
+        "func.func @f(%x: tensor<2x4xsi8>) -> tensor<2x8xsi8> {\n"
+        "  %y = hbir.concat %x, %x {dim = 1 : i64} : (tensor<2x4xsi8>, "
+        "tensor<2x4xsi8>) -> tensor<2x8xsi8>\n"
+        "  func.return %y : tensor<2x8xsi8>\n}"
+    )
+    monkeypatch.delitem(RULES, hb.ConcatOp)
+    with pytest.raises(CompileError, match="'hbir.concat' at .* has no npu lowering"):
+        lower_to_npu(hbir.Module.parse(text))
 
 
 def test_unknown_lowering_is_refused():
@@ -324,7 +347,7 @@ def test_every_spelling_has_a_sample():
     "spelling",
     _spellings((op_table.MODULE, op_table.DECOMPOSED, op_table.PASSTHROUGH)),
 )
-def test_every_op_prepare_accepts_exports_and_converts(spelling, tmp_path):
+def test_every_op_prepare_accepts_reaches_a_bit_identical_model_hbm(spelling, tmp_path):
     torch.manual_seed(0)
     shape = SAMPLES[spelling][1]
     model = _Model(spelling).eval()
@@ -351,3 +374,30 @@ def test_every_op_prepare_accepts_exports_and_converts(spelling, tmp_path):
         name for name in left_float if op_table.LOWERING.get(name) != op_table.FLOAT
     }
     assert not undeclared, f"convert left {undeclared} float (not declared float)"
+    hbir.compile(quantized, str(tmp_path / "model.hbm"), "nash-e")
+    hbm = hbir.load(str(tmp_path / "model.hbm"))
+    for x in inputs:
+        want = quantized["forward"](x.numpy())
+        got = hbm["forward"](x.numpy())
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (
+            "model.hbm differs from quantized.bc"
+        )
+    islands = {
+        reason
+        for op in lower_to_npu(quantized).module.op.walk()
+        if isinstance(op, npu.CpuCallOp)
+        for reason in op.reason.data.split(", ")
+    }
+    allowed = {"quantize", "dequantize", *op_table.CPU_REASONS.values()}
+    allowed |= {"float"} | _march_reasons(quantized)
+    assert islands <= allowed, f"undeclared CPU islands: {islands - allowed}"
+
+
+def _march_reasons(quantized) -> set[str]:
+    """The reasons check-march gave for the ops it placed on the CPU."""
+    return {
+        op.attributes[ATTR_CPU_REASON].data
+        for f in quantized.functions
+        for op in f.op.walk()
+        if ATTR_CPU_REASON in op.attributes
+    }
