@@ -3,8 +3,8 @@
 Run: ``python benchmarks/execution.py [--repeat 5] [--overhead-only] [MODEL ...]``
 
 For each model of ``benchmarks/execution_models.py`` (ResNet-18 at 224x224, the
-perf-anchors model; MobileNetV2 at 224x224; an encoder block of sequence 128 and
-width 256), batch 1, one thread, in one process:
+ResNet-18-like benchmark model; MobileNetV2 at 224x224; an encoder block of
+sequence 128 and width 256), batch 1, one thread, in one process:
 
 * torch fp32 eager, ``qat.pt`` eager (VALIDATION, the fixed-point forward);
 * ``qat.bc`` feed, ``quantized.bc`` feed (the interpreter's prepared plans,

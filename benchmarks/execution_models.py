@@ -1,11 +1,11 @@
 """The float models of ``benchmarks/execution.py``, written as users write them.
 
-* ``resnet18``: the perf-anchors ResNet-18-like model (torchvision's layout:
+* ``resnet18``: the ResNet-18-like benchmark model (torchvision's layout:
   7x7/2 stem, 3x3/2 max pool, four stages of two basic blocks, 64..512 channels,
   global average pool, 1000-way linear) at 224x224.
 * ``mobilenet_v2``: the MobileNetV2 layout (inverted residuals with ReLU6, width
   1.0, 1280-channel head) at 224x224.
-* ``transformer``: the perf-anchors encoder block (sequence 128, width 256, 4
+* ``transformer``: the benchmark encoder block (sequence 128, width 256, 4
   heads, pre-norm, GELU MLP of width 1024).
 
 Each model has ``QuantStub`` / ``DeQuantStub`` around the deployed part; BatchNorm

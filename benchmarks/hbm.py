@@ -2,10 +2,10 @@
 
 Run: ``python benchmarks/hbm.py [--repeat 3] [--model resnet18]``
 
-The perf-anchors model (``benchmarks/execution_models.py``'s ``resnet18``: the
-torchvision layout at 224x224, batch 1; ``--model`` picks another model of that
-file) calibrated, exported, converted and compiled, then timed on one thread, in
-one run:
+The ResNet-18-like benchmark model (``benchmarks/execution_models.py``'s
+``resnet18``: the torchvision layout at 224x224, batch 1; ``--model`` picks another
+model of that file) calibrated, exported, converted and compiled, then timed on one
+thread, in one run:
 
 * ``model.hbm``: ``Hbm.feed`` (the simulator, after save and load; a model the
   compiler refuses is reported with the compiler's message);
@@ -16,7 +16,7 @@ one run:
 
 Each figure is the median of ``--repeat`` runs after one untimed run; the ratios
 are against ORT int8 and torch fp32. The load average is printed too: the machine
-is shared, and others' work inflates every figure (perf-anchors.md §5).
+is shared and noisy, and others' work inflates every figure.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The ONNX Runtime int8 peer of the benchmarks: a float torch model as static QDQ.
 
-As ``perf-anchors.md`` measured it: the float model exported to ONNX, quantized by
+As the benchmarks measure it: the float model exported to ONNX, quantized by
 ``onnxruntime.quantization.quantize_static`` per channel in QDQ form with u8
 activations and s8 weights (u8s8: ORT's fast x86 kernels; s8s8 runs 2.6x slower
 there), calibrated on a few batches, without ORT's pre-processing step, and run

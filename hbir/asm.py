@@ -1,7 +1,7 @@
 """The reference text form: what ``get_asm()`` prints by default.
 
 The reference toolchain's dumps are MLIR's own printing of unregistered ops, and
-users read them as such (``reference-toolchain.md`` §4.1-4.2)::
+its users read them as such::
 
     module attributes {hbir.fuse_requantize = true, hbir.legacy_round = false} {
       func.func @forward(%arg0: tensor<1x3x4x4xf32>) -> tensor<1x4x4x4xf32> {

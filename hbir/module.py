@@ -28,7 +28,7 @@ from hbir.dialects import make_context
 from hbir.inputs import Argument
 from hbir.passes.fixed_point import ATTR_FUSE_REQUANTIZE, ATTR_LEGACY_ROUND, op_device
 
-# Module attributes that record how the model was made (see ARCHITECTURE §3); the
+# Module attributes that record how the model was made (see docs/ir.md); the
 # two that convert reads are defined with it, in passes/fixed_point.py.
 ATTR_MARCH = "hbir.march"
 ATTR_CONSISTENCY_LEVEL = "hbir.consistency_level"

@@ -123,4 +123,20 @@ class ConvertPass(ModulePass):
         check_convertible(op, march)
         for sub in sub_passes(march):
             sub.apply(ctx, op)
+        check_converted(op)
         op.attributes[ATTR_MARCH] = StringAttr(march)
+
+
+# What is legal after convert: no fake quantization left (expand-fake-quant turns
+# every one into quantize + dequantize).
+_ILLEGAL_AFTER = ("qnt.const_fake_quant",)
+
+
+def check_converted(module: ModuleOp) -> None:
+    """Convert's conversion target; an op it left is a compiler bug."""
+    for inner in module.walk():
+        if inner.name in _ILLEGAL_AFTER:
+            raise ConvertError(
+                f"convert left '{inner.name}' at {inner.location} (a compiler bug: "
+                "every one must be lowered)"
+            )

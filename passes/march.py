@@ -1,9 +1,8 @@
 """What each NPU march can run: one table, read by check-march and hbir.convert.
 
-Limits follow the reference toolchain's published J6E / J6M constraints
-(``reference-toolchain.md`` §5.3): int8 / int16 operands, gemm input and weight
-not both int16, kernels up to 31, channels and gemm dims up to 8192, strides up
-to 256, dilations up to 18.
+Limits follow the reference toolchain's published J6E / J6M constraints: int8 /
+int16 operands, gemm input and weight not both int16, kernels up to 31, channels
+and gemm dims up to 8192, strides up to 256, dilations up to 18.
 """
 
 from __future__ import annotations
@@ -60,13 +59,13 @@ def get_march(name: str) -> MarchLimits:
 # know about the NPU. Sources:
 #
 # * public: nash-e (J6E) is an 80 TOPS int8 part and nash-m (J6M) a 128 TOPS one,
-#   one BPU core each (reference-toolchain.md §5.7, Horizon's J6 deployment
+#   one BPU core each (Horizon's J6 toolchain documentation and deployment
 #   guides); the units are TAE (gemm / conv), AAE (pool, resize, warp), DTE
 #   (layout / data movement), VAE (vector: elementwise, LUT, reductions), VPU
-#   (SIMT; quantize / dequantize on J6E/M), SPU (scalar) (§5.7); the TAE
-#   post-process takes a si32 bias and a 32-bit accumulator (§5.2: quantInfo
-#   fields, int32 conv outputs); int16 x int16 gemms are not supported on J6E/M
-#   (§5.3, already in MarchLimits).
+#   (SIMT; quantize / dequantize on J6E/M), SPU (scalar), as that documentation
+#   lists them; the TAE post-process takes a si32 bias and a 32-bit accumulator
+#   (its documented quantInfo fields, int32 conv outputs); int16 x int16 gemms
+#   are not supported on J6E/M (a published constraint, already in MarchLimits).
 # * ASSUMED (not public; chosen to be plausible and labelled as such): the clock,
 #   the SRAM (L1M) size, DDR bandwidth, the vector width, the channel alignment,
 #   and the int16 MAC rate. The compiler only uses them for tiling, memory

@@ -266,6 +266,15 @@ OPS: tuple[OpEntry, ...] = (
         PASSTHROUGH,
     ),
     OpEntry("flip", "hbir.flip", MOVE, ("torch.flip", "Tensor.flip"), PASSTHROUGH),
+    # sub-pixel convolution's rearrangement: a reshape, a transpose, a reshape
+    OpEntry(
+        "pixel_shuffle",
+        "hbir.transpose",
+        MOVE,
+        ("nn.PixelShuffle", "nn.PixelUnshuffle", "F.pixel_shuffle")
+        + ("F.pixel_unshuffle",),
+        PASSTHROUGH,
+    ),
     # ``roll``: two slices and a concat; ``repeat`` / ``expand``: a concat of copies
     OpEntry("roll", "hbir.concat", MOVE, ("torch.roll", "Tensor.roll"), PASSTHROUGH),
     OpEntry(

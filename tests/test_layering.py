@@ -1,9 +1,9 @@
 """Layering: imports point one way, the torch side loads no xDSL, and importing
 hbir changes nothing in xDSL.
 
-ARCHITECTURE §2: ``runtime.numerics`` <- ``dialects`` <- ``passes``, ``runtime`` <-
-``hbir`` (face) <- ``tools``. Imports are read from the sources with ``ast``, so a
-lazy import inside a function counts as much as one at the top.
+docs/architecture.md, Layers: ``runtime.numerics`` <- ``dialects`` <- ``passes``,
+``runtime`` <- ``hbir`` (face) <- ``tools``. Imports are read from the sources with
+``ast``, so a lazy import inside a function counts as much as one at the top.
 """
 
 import ast

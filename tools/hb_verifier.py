@@ -3,10 +3,10 @@
     hb_verifier -m quantized.bc,model.hbm -i input.npy [-i input2.npy] [-c 5]
     hb_verifier -m qat.bc,quantized.bc -i input.npy [--dump-all-nodes DIR]
 
-As the reference toolchain's ``hb_verifier`` (reference-toolchain.md §3.5), a pair
-with an ``.hbm`` prints the consistency table (per output: ``Consistency``, every
-element within ``10**-c``; the mismatched elements; the largest absolute and
-relative differences), any other pair (``.bc`` / ``.mlir``) the cosine-similarity
+As the reference toolchain documents its own ``hb_verifier``, a pair with an
+``.hbm`` prints the consistency table (per output: ``Consistency``, every element
+within ``10**-c``; the mismatched elements; the largest absolute and relative
+differences), any other pair (``.bc`` / ``.mlir``) the cosine-similarity
 table. Beyond the reference, a difference is traced to its origin: for a
 ``.bc,.hbm`` pair the first instruction whose value differs from the ``.bc`` op it
 computes (its op ID, op and torch source line, from the ``.hbm`` debug table); for

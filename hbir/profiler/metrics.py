@@ -1,7 +1,7 @@
 """The reference profiler's similarity metrics, on numpy arrays (float64 math).
 
-Definitions as ``horizon_plugin_profiler``'s ``_similarity.py`` computes them
-(``reference-toolchain.md`` §3.3), ``x`` the baseline and ``y`` the analysis:
+Definitions as the reference toolchain's ``horizon_plugin_profiler`` computes them
+in its ``_similarity.py``, ``x`` the baseline and ``y`` the analysis:
 
 * Cosine: cosine similarity of the flattened tensors;
 * MSE, L1: mean squared / mean absolute difference;

@@ -1,5 +1,5 @@
-"""``QuantAnalysis``: the reference profiler's workflow (``reference-toolchain.md``
-§3.3, artifact formats §6).
+"""``QuantAnalysis``: the reference profiler's workflow, as the reference toolchain
+documents it, with its artifact formats.
 
 ``auto_find_bad_case`` -> ``run`` -> ``compare_per_layer`` -> ``sensitivity``, with
 the reference's files in ``out_dir``: ``badcase.txt`` / ``badcase.pt`` /

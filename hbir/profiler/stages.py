@@ -5,10 +5,11 @@ batch (``origin.Record``). The road, in order::
 
     qat.pt -> qat.export.pt -> qat.bc -> quantized.bc -> nv12_quantized.bc -> model.hbm
 
-``CONTRACTS`` holds what ``ARCHITECTURE.md`` §1 allows between neighbours: only
-the lookup-table approximation (each table op within ``LUT_BOUND_LSB`` of its
-float function on the same input), or nothing at all. A stage the user does not
-have is skipped and the pair closes over the gap with the stricter contract.
+``CONTRACTS`` holds what the numeric contract (``docs/contract.md``) allows between
+neighbours: only the lookup-table approximation (each table op within
+``LUT_BOUND_LSB`` of its float function on the same input), or nothing at all. A
+stage the user does not have is skipped and the pair closes over the gap with the
+stricter contract.
 
 ``nv12_quantized.bc`` is ``profiler/nv12.py``'s ``Nv12Stage``, run on NV12
 planes; its "nv12" contract is checked there. Adding a stage (``model.hbm`` plugs

@@ -14,8 +14,9 @@ Set the level before ``prepare``; the prepared model records it as
   float64 on their exact dequantized inputs: ``exact_inputs``).
 
 Levels are cumulative. Level 2 makes the fake-quant forward of the GEMM-like ops equal
-the integer kernel bit for bit (numerics-research section 1.5, E7): with power-of-two
-scales every requantization is a shift, which half-to-even rounding makes exact.
+the integer kernel bit for bit (docs/quantization.md, "Consistency levels"): with
+power-of-two scales every requantization is a shift, which half-to-even rounding
+makes exact.
 """
 
 from __future__ import annotations

@@ -396,7 +396,7 @@ def _float_layer_norm_module(ex: Exporter, node: fx.Node):
     return ex.emit(hb.LayerNormOp(x, tuple(mod.normalized_shape), w, b, mod.eps))
 
 
-MODULE_RULES: dict[type, Builder] = {
+MODULE_IMPORTERS: dict[type, Builder] = {
     qat.QuantStub: _unary_module(lambda mod, x: None),  # replaced below
     qat.DeQuantStub: _identity,
     stubs.QuantStub: _identity,
@@ -458,7 +458,7 @@ def _quant_stub(ex: Exporter, node: fx.Node):
     return _output(ex, _module(ex, node), ex.tensor(node.args[0]))
 
 
-MODULE_RULES[qat.QuantStub] = _quant_stub
+MODULE_IMPORTERS[qat.QuantStub] = _quant_stub
 
 
 # ----------------------------------------------------------------- data movement
@@ -472,7 +472,7 @@ def _reshape(ex: Exporter, node: fx.Node):
     return ex.emit(hb.ReshapeOp(x, shape))
 
 
-MODULE_RULES[nn.Flatten] = _reshape
+MODULE_IMPORTERS[nn.Flatten] = _reshape
 
 
 def _permutation(node: fx.Node, rank: int) -> list[int]:
@@ -637,6 +637,26 @@ def _flip(ex: Exporter, node: fx.Node):
     return ex.emit(hb.FlipOp(x, dims)) if dims else x
 
 
+def _pixel_shuffle(ex: Exporter, node: fx.Node):
+    """pixel_shuffle / pixel_unshuffle by ``r``: ``[*, C*r*r, H, W]`` as ``[*, C, r,
+    r, H, W]``, transposed to ``[*, C, H, r, W, r]``, viewed as ``[*, C, H*r, W*r]``
+    (unshuffle: the inverse). The factor is read off the traced shapes."""
+    x = ex.tensor(node.args[0])
+    (*lead, c, h, w), out = hb.shape_of(x), ex.recorded_shape(node)
+    k = len(lead)
+    if out[-1] > w:  # shuffle
+        r = out[-1] // w
+        y = _reshaped(ex, x, (*lead, c // (r * r), r, r, h, w))
+        perm = (*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    else:  # unshuffle
+        r = w // out[-1]
+        y = _reshaped(ex, x, (*lead, c, h // r, r, w // r, r))
+        perm = (*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    if r > 1:
+        y = ex.emit(hb.TransposeOp(y, perm))
+    return _reshaped(ex, y, tuple(out))
+
+
 def _repeat(ex: Exporter, node: fx.Node):
     """``repeat`` / ``expand`` / ``expand_as``: copies concatenated along each dim."""
     x = ex.tensor(node.args[0])
@@ -737,6 +757,7 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "roll": _roll,
     "flip": _flip,
     "repeat": _repeat,
+    "pixel_shuffle": _pixel_shuffle,
 }
 _SPELLING_IMPORTERS: dict[str, Builder] = {
     "operator.getitem": _getitem,
@@ -745,7 +766,7 @@ _SPELLING_IMPORTERS: dict[str, Builder] = {
 }
 
 # Float models (not prepared): the float ops themselves.
-FUNCTION_RULES: dict[object, Builder] = {
+FUNCTION_IMPORTERS: dict[object, Builder] = {
     operator.add: _float_binary(hb.AddOp),
     torch.add: _float_binary(hb.AddOp),
     operator.sub: _float_binary(hb.SubOp),
@@ -763,7 +784,7 @@ FUNCTION_RULES: dict[object, Builder] = {
     torch.exp: _float_fn(hb.ExpOp),
 }
 
-METHOD_RULES: dict[str, Builder] = {
+METHOD_IMPORTERS: dict[str, Builder] = {
     "add": _float_binary(hb.AddOp),
     "sub": _float_binary(hb.SubOp),
     "mul": _float_binary(hb.MulOp),
@@ -781,9 +802,11 @@ def _derive_passthrough() -> None:
             builder = builder or _PASSTHROUGH_IMPORTERS[entry.op]
             kind, target = resolve(spelling)
             if kind == "module":
-                MODULE_RULES[target] = builder
+                MODULE_IMPORTERS[target] = builder
             else:
-                (METHOD_RULES if kind == "method" else FUNCTION_RULES)[target] = builder
+                (METHOD_IMPORTERS if kind == "method" else FUNCTION_IMPORTERS)[
+                    target
+                ] = builder
 
 
 _derive_passthrough()
@@ -794,15 +817,15 @@ def find(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[Builder | None, 
     if node.op == "call_module":
         mod = modules[node.target]
         for cls in type(mod).__mro__:
-            if cls in MODULE_RULES:
-                return MODULE_RULES[cls], _module_name(mod)
+            if cls in MODULE_IMPORTERS:
+                return MODULE_IMPORTERS[cls], _module_name(mod)
         return None, _module_name(mod)
     if node.op == "call_method":
-        return METHOD_RULES.get(node.target), f"Tensor.{node.target}"
+        return METHOD_IMPORTERS.get(node.target), f"Tensor.{node.target}"
     name = getattr(node.target, "__name__", str(node.target))
     module = getattr(node.target, "__module__", None) or ""
     qualified = f"{module}.{name}" if module else name
-    return FUNCTION_RULES.get(node.target), qualified
+    return FUNCTION_IMPORTERS.get(node.target), qualified
 
 
 def _module_name(mod: nn.Module) -> str:

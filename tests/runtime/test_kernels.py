@@ -131,8 +131,8 @@ def test_conv2d_methods_follow_the_bounds():
 
 
 def test_one_signed_sums_past_float32_are_exact():
-    """K = 1536 of codes near 127: float32 accumulation is off by 1-2 here
-    (perf-anchors §4); the kernels pick an exact engine."""
+    """K = 1536 of codes near 127: the sums pass 2**24, so float32 accumulation
+    is off by 1-2 here; the kernels pick an exact engine."""
     x = codes((1, 1536, 2, 2), np.int8, "positive")
     w = codes((16, 1536, 1, 1), np.int8, "positive")
     ref = integer_ops.conv2d(x, w, None, (1, 1), (0, 0), (1, 1), 1)

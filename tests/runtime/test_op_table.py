@@ -243,6 +243,10 @@ SAMPLES = {
     "Tensor.flip": _x4(lambda m, x: x.flip(-1)),
     "torch.roll": _x4(lambda m, x: torch.roll(x, (1, -2), (2, 3))),
     "Tensor.roll": _x4(lambda m, x: x.roll(3, 1)),
+    "nn.PixelShuffle": _x4(lambda m, x: m.op(x)),
+    "nn.PixelUnshuffle": (lambda m, x: m.op(x), (1, 2, 4, 6)),
+    "F.pixel_shuffle": (lambda m, x: F.pixel_shuffle(x, 3), (1, 2, 9, 3, 2)),
+    "F.pixel_unshuffle": _x4(lambda m, x: F.pixel_unshuffle(x, 3)),
     "Tensor.repeat": _x4(lambda m, x: x.repeat(1, 2, 1, 3)),
     "Tensor.expand": (lambda m, x: x.expand(2, 3, 4), (1, 1, 4)),
     "Tensor.expand_as": (lambda m, x: x.expand_as(torch.empty(2, 3, 4)), (3, 1)),
@@ -282,6 +286,8 @@ MODULES = {
     "nn.MaxPool2d": lambda: nn.MaxPool2d(3, 1, 1),
     "nn.Hardtanh": lambda: nn.Hardtanh(-0.5, 1.0),
     "nn.GELU": lambda: nn.GELU("tanh"),
+    "nn.PixelShuffle": lambda: nn.PixelShuffle(2),
+    "nn.PixelUnshuffle": lambda: nn.PixelUnshuffle(2),
 }
 
 # The LUT spellings: a positive input keeps log/sqrt/rsqrt/reciprocal in domain.
