@@ -205,14 +205,9 @@ BINARY_FORMAT = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 # ------------------------------------------------------------------ constant
 
 
-@irdl_op_definition
-class ConstantOp(IRDLOperation):
-    """A tensor constant; large ones print as hex blobs.
-
-    ``%w = hbir.constant dense<[1.0, 2.0]> : tensor<2xf32>``
-    """
-
-    name = "hbir.constant"
+class TensorConstant(IRDLOperation):
+    """A constant tensor: its value and a result of the value's type (``hbir`` and
+    ``npu`` constants alike)."""
 
     T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
     value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
@@ -223,6 +218,16 @@ class ConstantOp(IRDLOperation):
 
     def __init__(self, value: DenseIntOrFPElementsAttr):
         super().__init__(properties={"value": value}, result_types=[value.get_type()])
+
+
+@irdl_op_definition
+class ConstantOp(TensorConstant):
+    """A tensor constant; large ones print as hex blobs.
+
+    ``%w = hbir.constant dense<[1.0, 2.0]> : tensor<2xf32>``
+    """
+
+    name = "hbir.constant"
 
 
 # ------------------------------------------------------------------ elementwise
@@ -805,8 +810,22 @@ def _check_gemm_types(
         raise VerifyException(f"integer accumulation result must be si32, got {out}")
 
 
+class ConvOperands(IRDLOperation):
+    """The operands and properties of a convolution (``hbir`` in NCHW, ``npu`` in
+    NHWC: the same fields)."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    weight = operand_def(AnyTensorTypeConstr)
+    bias = opt_operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+
+
 @irdl_op_definition
-class Conv2dOp(IRDLOperation):
+class Conv2dOp(ConvOperands):
     """2-D convolution: NCHW input, OIHW weight, optional bias, torch semantics.
 
     Integer form: si8/si16 input and weight, si32 bias, exact si32 accumulator.
@@ -817,15 +836,6 @@ class Conv2dOp(IRDLOperation):
     """
 
     name = "hbir.conv2d"
-
-    input = operand_def(AnyTensorTypeConstr)
-    weight = operand_def(AnyTensorTypeConstr)
-    bias = opt_operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    stride = prop_def(DenseArrayBase[I64])
-    padding = prop_def(DenseArrayBase[I64])
-    dilation = prop_def(DenseArrayBase[I64])
-    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
@@ -881,16 +891,9 @@ class Conv2dOp(IRDLOperation):
             )
 
 
-@irdl_op_definition
-class ConvTranspose2dOp(IRDLOperation):
-    """Transposed 2-D convolution, weight ``(C_in, C_out / groups, kH, kW)``.
-
-    ``%y = hbir.conv_transpose2d %x, %w {stride = array<i64: 2, 2>, padding =
-    array<i64: 0, 0>, output_padding = array<i64: 0, 0>, dilation = array<i64: 1,
-    1>} : (tensor<1x4x4x4xf32>, tensor<4x2x2x2xf32>) -> tensor<1x2x8x8xf32>``
-    """
-
-    name = "hbir.conv_transpose2d"
+class ConvTransposeOperands(IRDLOperation):
+    """The operands and properties of a transposed convolution (``hbir`` in
+    NCHW, ``npu`` in NHWC: the same fields)."""
 
     input = operand_def(AnyTensorTypeConstr)
     weight = operand_def(AnyTensorTypeConstr)
@@ -901,6 +904,18 @@ class ConvTranspose2dOp(IRDLOperation):
     output_padding = prop_def(DenseArrayBase[I64])
     dilation = prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
+
+
+@irdl_op_definition
+class ConvTranspose2dOp(ConvTransposeOperands):
+    """Transposed 2-D convolution, weight ``(C_in, C_out / groups, kH, kW)``.
+
+    ``%y = hbir.conv_transpose2d %x, %w {stride = array<i64: 2, 2>, padding =
+    array<i64: 0, 0>, output_padding = array<i64: 0, 0>, dilation = array<i64: 1,
+    1>} : (tensor<1x4x4x4xf32>, tensor<4x2x2x2xf32>) -> tensor<1x2x8x8xf32>``
+    """
+
+    name = "hbir.conv_transpose2d"
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
@@ -1558,8 +1573,50 @@ class CastOp(IRDLOperation):
 # ------------------------------------------------------------------ fixed point
 
 
+class LutProperties(IRDLOperation):
+    """The properties of a table lookup (``hbir.lut``, ``npu.lut``): an int8
+    ``table`` or the fields of a segmented ``numerics.LutTable``."""
+
+    table = opt_prop_def(DenseIntOrFPElementsAttr)
+    function = opt_prop_def(StringAttr)
+    kind = opt_prop_def(StringAttr)
+    rounding = opt_prop_def(StringAttr)
+    in_scale = opt_prop_def(FloatAttr)
+    out_scale = opt_prop_def(FloatAttr)
+    in_bits = opt_prop_def(IntegerAttr[I64])
+    out_bits = opt_prop_def(IntegerAttr[I64])
+    num_tables = opt_prop_def(IntegerAttr[I64])
+    frac_bits = opt_prop_def(IntegerAttr[I64])
+    phase_mult = opt_prop_def(IntegerAttr[I64])
+    phase_shift = opt_prop_def(IntegerAttr[I64])
+    phase_bits = opt_prop_def(IntegerAttr[I64])
+    octave_step = opt_prop_def(IntegerAttr[I64])
+    starts = opt_prop_def(DenseArrayBase[I64])
+    offsets = opt_prop_def(DenseArrayBase[I64])
+    slopes = opt_prop_def(DenseArrayBase[I64])
+
+    # How each ``numerics.LutTable`` field is stored: ints, int arrays, f32 scales;
+    # ``function``, ``kind`` and ``rounding`` as their names.
+    _INT_FIELDS: ClassVar = (
+        "in_bits",
+        "out_bits",
+        "num_tables",
+        "frac_bits",
+        "phase_mult",
+        "phase_shift",
+        "phase_bits",
+        "octave_step",
+    )
+    _ARRAY_FIELDS: ClassVar = ("starts", "offsets", "slopes")
+    SEGMENT_FIELDS: ClassVar = (
+        ("function", "kind", "rounding", "in_scale", "out_scale")
+        + _INT_FIELDS
+        + _ARRAY_FIELDS
+    )
+
+
 @irdl_op_definition
-class LutOp(IRDLOperation):
+class LutOp(LutProperties):
     """Table lookup on integer codes.
 
     int8 input, direct table: ``y = table[x + 128]`` (256 entries), exact by
@@ -1581,46 +1638,10 @@ class LutOp(IRDLOperation):
 
     input = operand_def(AnyTensorTypeConstr)
     output = result_def(AnyTensorTypeConstr)
-    table = opt_prop_def(DenseIntOrFPElementsAttr)
-    function = opt_prop_def(StringAttr)
-    kind = opt_prop_def(StringAttr)
-    rounding = opt_prop_def(StringAttr)
-    in_scale = opt_prop_def(FloatAttr)
-    out_scale = opt_prop_def(FloatAttr)
-    in_bits = opt_prop_def(IntegerAttr[I64])
-    out_bits = opt_prop_def(IntegerAttr[I64])
-    num_tables = opt_prop_def(IntegerAttr[I64])
-    frac_bits = opt_prop_def(IntegerAttr[I64])
-    phase_mult = opt_prop_def(IntegerAttr[I64])
-    phase_shift = opt_prop_def(IntegerAttr[I64])
-    phase_bits = opt_prop_def(IntegerAttr[I64])
-    octave_step = opt_prop_def(IntegerAttr[I64])
-    starts = opt_prop_def(DenseArrayBase[I64])
-    offsets = opt_prop_def(DenseArrayBase[I64])
-    slopes = opt_prop_def(DenseArrayBase[I64])
 
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = MAP_FORMAT
-
-    # How each ``numerics.LutTable`` field is stored: ints, int arrays, f32 scales;
-    # ``function``, ``kind`` and ``rounding`` as their names.
-    _INT_FIELDS: ClassVar = (
-        "in_bits",
-        "out_bits",
-        "num_tables",
-        "frac_bits",
-        "phase_mult",
-        "phase_shift",
-        "phase_bits",
-        "octave_step",
-    )
-    _ARRAY_FIELDS: ClassVar = ("starts", "offsets", "slopes")
-    SEGMENT_FIELDS: ClassVar = (
-        ("function", "kind", "rounding", "in_scale", "out_scale")
-        + _INT_FIELDS
-        + _ARRAY_FIELDS
-    )
 
     def __init__(
         self,

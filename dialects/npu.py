@@ -36,16 +36,13 @@ bit for bit with ``quantized.bc``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
     AnyTensorTypeConstr,
     BoolAttr,
     DenseArrayBase,
-    DenseIntOrFPElementsAttr,
     Float64Type,
-    FloatAttr,
     IntegerAttr,
     IntegerType,
     ModuleOp,
@@ -54,11 +51,8 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
-    AnyAttr,
     IRDLOperation,
-    ParamAttrConstraint,
     ParsePropInAttrDict,
-    VarConstraint,
     irdl_op_definition,
     operand_def,
     opt_operand_def,
@@ -70,13 +64,15 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.traits import ConstantLike, IsTerminator, Pure
+from xdsl.traits import IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from hbir.dialects.hbir import (
-    LutOp as HbirLutOp,
-)
-from hbir.dialects.hbir import (
+    ConvOperands,
+    ConvTransposeOperands,
+    LutProperties,
+    TensorConstant,
+    UnaryOp,
     Value,
     i64_attr,
     ints,
@@ -202,7 +198,8 @@ class OpcodeOp(IRDLOperation):
     and the op verifies exactly when that instruction would load."""
 
     def opcode_fields(self) -> tuple[str, dict]:
-        raise NotImplementedError
+        """(mnemonic, fields); an instruction without fields is named as its op."""
+        return self.name.removeprefix("npu."), {}
 
     def verify_(self) -> None:
         from hbir.runtime.hbm_opcodes import check_values
@@ -303,11 +300,22 @@ _GEMM_FORMAT = (
 _MAP_FORMAT = "$input attr-dict `:` type($input) `->` type($output)"
 
 
+class MapOp(OpcodeOp):
+    """An instruction of one operand and one result (its properties its own)."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = _MAP_FORMAT
+
+
 # ------------------------------------------------------------------ constant
 
 
 @irdl_op_definition
-class ConstantOp(IRDLOperation):
+class ConstantOp(TensorConstant):
     """A constant held in DDR (weights, biases, tables).
 
     ``%w = npu.constant dense<[1, 2]> : tensor<2xsi8>``
@@ -315,22 +323,12 @@ class ConstantOp(IRDLOperation):
 
     name = "npu.constant"
 
-    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
-    value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
-    output = result_def(T)
-
-    traits = traits_def(Pure(), ConstantLike())
-    assembly_format = "attr-dict $value"
-
-    def __init__(self, value: DenseIntOrFPElementsAttr):
-        super().__init__(properties={"value": value}, result_types=[value.get_type()])
-
 
 # ------------------------------------------------------------------ TAE (gemm)
 
 
 @irdl_op_definition
-class ConvOp(PostProcessOp):
+class ConvOp(ConvOperands, PostProcessOp):
     """2-D convolution on NHWC codes with an OHWI weight (TAE), post-process fused.
 
     The exact accumulator (``integer_ops.conv2d_acc``: int64 sums saturated to
@@ -345,15 +343,6 @@ class ConvOp(PostProcessOp):
     """
 
     name = "npu.conv"
-
-    input = operand_def(AnyTensorTypeConstr)
-    weight = operand_def(AnyTensorTypeConstr)
-    bias = opt_operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    stride = prop_def(DenseArrayBase[I64])
-    padding = prop_def(DenseArrayBase[I64])
-    dilation = prop_def(DenseArrayBase[I64])
-    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
 
     traits = traits_def(Pure())
     assembly_format = _GEMM_FORMAT
@@ -373,7 +362,7 @@ class ConvOp(PostProcessOp):
 
 
 @irdl_op_definition
-class ConvTransposeOp(PostProcessOp):
+class ConvTransposeOp(ConvTransposeOperands, PostProcessOp):
     """Transposed 2-D convolution on NHWC codes (TAE), post-process fused.
 
     The weight is ``[C_in, KH, KW, C_out / groups]`` (torch's
@@ -386,16 +375,6 @@ class ConvTransposeOp(PostProcessOp):
     """
 
     name = "npu.conv_transpose"
-
-    input = operand_def(AnyTensorTypeConstr)
-    weight = operand_def(AnyTensorTypeConstr)
-    bias = opt_operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    stride = prop_def(DenseArrayBase[I64])
-    padding = prop_def(DenseArrayBase[I64])
-    output_padding = prop_def(DenseArrayBase[I64])
-    dilation = prop_def(DenseArrayBase[I64])
-    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
 
     traits = traits_def(Pure())
     assembly_format = _GEMM_FORMAT
@@ -505,7 +484,7 @@ class RescaleOp(PostProcessOp):
 
 
 @irdl_op_definition
-class CastOp(OpcodeOp):
+class CastOp(MapOp):
     """Integer widening / narrowing with saturation (VAE).
 
     ``%y = npu.cast %x : tensor<2x6x8xsi8> -> tensor<2x6x8xsi32>``
@@ -513,19 +492,9 @@ class CastOp(OpcodeOp):
 
     name = "npu.cast"
 
-    input = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _MAP_FORMAT
-
-    def opcode_fields(self) -> tuple[str, dict]:
-        return "cast", {}
-
 
 @irdl_op_definition
-class LutOp(OpcodeOp):
+class LutOp(LutProperties, MapOp):
     """Table lookup on codes (VAE): the properties and semantics of ``hbir.lut``
     (an int8 ``table``, or the segmented table's fields).
 
@@ -534,35 +503,6 @@ class LutOp(OpcodeOp):
     """
 
     name = "npu.lut"
-
-    input = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    table = opt_prop_def(DenseIntOrFPElementsAttr)
-    function = opt_prop_def(StringAttr)
-    kind = opt_prop_def(StringAttr)
-    rounding = opt_prop_def(StringAttr)
-    in_scale = opt_prop_def(FloatAttr)
-    out_scale = opt_prop_def(FloatAttr)
-    in_bits = opt_prop_def(IntegerAttr[I64])
-    out_bits = opt_prop_def(IntegerAttr[I64])
-    num_tables = opt_prop_def(IntegerAttr[I64])
-    frac_bits = opt_prop_def(IntegerAttr[I64])
-    phase_mult = opt_prop_def(IntegerAttr[I64])
-    phase_shift = opt_prop_def(IntegerAttr[I64])
-    phase_bits = opt_prop_def(IntegerAttr[I64])
-    octave_step = opt_prop_def(IntegerAttr[I64])
-    starts = opt_prop_def(DenseArrayBase[I64])
-    offsets = opt_prop_def(DenseArrayBase[I64])
-    slopes = opt_prop_def(DenseArrayBase[I64])
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _MAP_FORMAT
-
-    _INT_FIELDS: ClassVar = HbirLutOp._INT_FIELDS
-    _ARRAY_FIELDS: ClassVar = HbirLutOp._ARRAY_FIELDS
-    SEGMENT_FIELDS: ClassVar = HbirLutOp.SEGMENT_FIELDS
-    lut_table = HbirLutOp.lut_table
 
     def opcode_fields(self) -> tuple[str, dict]:
         if self.table is not None:
@@ -668,7 +608,7 @@ class PoolOp(PostProcessOp):
 
 
 @irdl_op_definition
-class ResizeOp(OpcodeOp):
+class ResizeOp(MapOp):
     """Nearest / bilinear resize of NHWC codes (AAE), as ``hbir.resize2d``.
 
     ``%y = npu.resize %x {size = array<i64: 8, 8>, mode = "nearest"} :
@@ -676,18 +616,11 @@ class ResizeOp(OpcodeOp):
     """
 
     name = "npu.resize"
-
-    input = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
     size = prop_def(DenseArrayBase[I64])
     mode = prop_def(StringAttr, default_value=StringAttr("nearest"))
     align_corners = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
     scale = opt_prop_def(DenseArrayBase[Float64Type])
     weight_bits = opt_prop_def(IntegerAttr[I64])
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _MAP_FORMAT
 
     def opcode_fields(self) -> tuple[str, dict]:
         return "resize", {
@@ -705,7 +638,7 @@ class ResizeOp(OpcodeOp):
 
 
 @irdl_op_definition
-class TransposeOp(OpcodeOp):
+class TransposeOp(MapOp):
     """Layout change (DTE): ``y = np.transpose(x, perm)``.
 
     ``%y = npu.transpose %x {perm = array<i64: 0, 2, 3, 1>} : tensor<2x3x16x16xsi8>
@@ -713,37 +646,20 @@ class TransposeOp(OpcodeOp):
     """
 
     name = "npu.transpose"
-
-    input = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
     perm = prop_def(DenseArrayBase[I64])
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _MAP_FORMAT
 
     def opcode_fields(self) -> tuple[str, dict]:
         return "transpose", {"perm": _values(self.perm)}
 
 
 @irdl_op_definition
-class ReshapeOp(OpcodeOp):
+class ReshapeOp(MapOp):
     """A view with another shape (same elements, row-major).
 
     ``%y = npu.reshape %x : tensor<2x16x1x1xsi8> -> tensor<2x16xsi8>``
     """
 
     name = "npu.reshape"
-
-    input = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _MAP_FORMAT
-
-    def opcode_fields(self) -> tuple[str, dict]:
-        return "reshape", {}
 
 
 @irdl_op_definition
@@ -770,7 +686,7 @@ class ConcatOp(OpcodeOp):
 
 
 @irdl_op_definition
-class SliceOp(OpcodeOp):
+class SliceOp(MapOp):
     """A strided window ``x[begin:end:step]``, as Python slices it: a negative
     step walks backwards (``torch.flip`` of a dim of size n: ``[n-1 : -n-1 : -1]``).
 
@@ -779,16 +695,9 @@ class SliceOp(OpcodeOp):
     """
 
     name = "npu.slice"
-
-    input = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
     begin = prop_def(DenseArrayBase[I64])
     end = prop_def(DenseArrayBase[I64])
     step = prop_def(DenseArrayBase[I64])
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = _MAP_FORMAT
 
     def opcode_fields(self) -> tuple[str, dict]:
         return "slice", {
@@ -798,17 +707,8 @@ class SliceOp(OpcodeOp):
         }
 
 
-class _MoveOp(OpcodeOp):
-    T: ClassVar = VarConstraint("T", AnyTensorTypeConstr)
-    input = operand_def(T)
-    output = result_def(T)
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$input attr-dict `:` type($output)"
-
-    def __init__(self, input: Value):
-        super().__init__(operands=[input], result_types=[SSAValue.get(input).type])
+class _MoveOp(UnaryOp, OpcodeOp):
+    """A copy between memories: the result has the operand's type."""
 
 
 @irdl_op_definition
@@ -820,9 +720,6 @@ class DmaLoadOp(_MoveOp):
 
     name = "npu.dma_load"
 
-    def opcode_fields(self) -> tuple[str, dict]:
-        return "dma_load", {}
-
 
 @irdl_op_definition
 class DmaStoreOp(_MoveOp):
@@ -832,9 +729,6 @@ class DmaStoreOp(_MoveOp):
     """
 
     name = "npu.dma_store"
-
-    def opcode_fields(self) -> tuple[str, dict]:
-        return "dma_store", {}
 
 
 # ------------------------------------------------------------------ CPU islands
