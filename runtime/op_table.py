@@ -228,6 +228,8 @@ OPS: tuple[OpEntry, ...] = (
     OpEntry(
         "cat", "hbir.concat", MOVE, ("torch.cat", "torch.concat", "torch.concatenate")
     ),
+    # ``stack``: a cat of the inputs, each given a dim of size 1
+    OpEntry("stack", "hbir.concat", MOVE, ("torch.stack",)),
     OpEntry(
         "reshape",
         "hbir.reshape",
@@ -275,13 +277,23 @@ OPS: tuple[OpEntry, ...] = (
         + ("F.pixel_unshuffle",),
         PASSTHROUGH,
     ),
-    # ``roll``: two slices and a concat; ``repeat`` / ``expand``: a concat of copies
+    # ``roll``: two slices and a concat; ``repeat`` / ``expand`` / ``tile``: a concat
+    # of copies
     OpEntry("roll", "hbir.concat", MOVE, ("torch.roll", "Tensor.roll"), PASSTHROUGH),
     OpEntry(
         "repeat",
         "hbir.concat",
         MOVE,
-        ("Tensor.repeat", "Tensor.expand", "Tensor.expand_as"),
+        ("Tensor.repeat", "Tensor.expand", "Tensor.expand_as")
+        + ("torch.tile", "Tensor.tile"),
+        PASSTHROUGH,
+    ),
+    # each element ``r`` times in a row: a concat of copies along a new dim, viewed
+    OpEntry(
+        "repeat_interleave",
+        "hbir.concat",
+        MOVE,
+        ("torch.repeat_interleave", "Tensor.repeat_interleave"),
         PASSTHROUGH,
     ),
     # a constant-zero pad and a nearest resize keep the input grid; other variants

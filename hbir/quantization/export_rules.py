@@ -321,9 +321,19 @@ def _value_or_number(ex: Exporter, arg):
 
 
 def _cat_module(ex: Exporter, node: fx.Node):
+    """``QuantCat``; ``QuantStack`` is the cat of its inputs viewed with a dim of
+    size 1 at ``dim``."""
     mod = _module(ex, node)
     tensors = _inputs(ex, mod, [ex.tensor(t) for t in node.args[0]])
-    concat = hb.ConcatOp(tensors, mod.dim)
+    dim = mod.dim
+    if isinstance(mod, qat.QuantStack):
+        rank = len(hb.shape_of(tensors[0])) + 1
+        dim %= rank
+        tensors = [
+            _reshaped(ex, t, (*hb.shape_of(t)[:dim], 1, *hb.shape_of(t)[dim:]))
+            for t in tensors
+        ]
+    concat = hb.ConcatOp(tensors, dim)
     grids = mod.fixed_point_grids(len(tensors))
     if grids is not None:
         qnt.set_exact(concat, grids)
@@ -637,6 +647,22 @@ def _flip(ex: Exporter, node: fx.Node):
     return ex.emit(hb.FlipOp(x, dims)) if dims else x
 
 
+def _repeat_interleave(ex: Exporter, node: fx.Node):
+    """``repeat_interleave(r, dim)``: a dim of size 1 after ``dim``, ``r`` copies
+    concatenated along it, viewed as the result."""
+    x = ex.tensor(node.args[0])
+    repeats = _arg(node, 1, "repeats")
+    dim = _arg(node, 2, "dim", None)
+    if not isinstance(repeats, int) or dim is None:
+        raise Unsupported("repeat_interleave with a tensor of repeats or no dim")
+    shape = hb.shape_of(x)
+    dim %= len(shape)
+    y = _reshaped(ex, x, (*shape[: dim + 1], 1, *shape[dim + 1 :]))
+    if repeats > 1:
+        y = ex.emit(hb.ConcatOp([y] * repeats, dim + 1))
+    return _reshaped(ex, y, ex.recorded_shape(node))
+
+
 def _pixel_shuffle(ex: Exporter, node: fx.Node):
     """pixel_shuffle / pixel_unshuffle by ``r``: ``[*, C*r*r, H, W]`` as ``[*, C, r,
     r, H, W]``, transposed to ``[*, C, H, r, W, r]``, viewed as ``[*, C, H*r, W*r]``
@@ -758,6 +784,7 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "flip": _flip,
     "repeat": _repeat,
     "pixel_shuffle": _pixel_shuffle,
+    "repeat_interleave": _repeat_interleave,
 }
 _SPELLING_IMPORTERS: dict[str, Builder] = {
     "operator.getitem": _getitem,

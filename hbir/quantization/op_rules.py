@@ -291,6 +291,10 @@ def _cat(q, tensors, dim=0, *, out=None):
     return qat.QuantCat(q(), dim), (list(tensors),)
 
 
+def _stack(q, tensors, dim=0, *, out=None):
+    return qat.QuantStack(q(), dim), (list(tensors),)
+
+
 def _matmul(q, input, other, *, out=None):
     return qat.QuantMatmul(q()), (input, other)
 
@@ -448,6 +452,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "mul": _binary(qat.QuantMul),
     "div": _div,
     "cat": _cat,
+    "stack": _stack,
     "matmul": _matmul,
     "mean": _reduce(qat.QuantMean),
     "sum": _reduce(qat.QuantSum),

@@ -1031,6 +1031,16 @@ class QuantCat(QATModule):
         return f"dim={self.dim}"
 
 
+class QuantStack(QuantCat):
+    """``torch.stack(tensors, dim)``: ``QuantCat`` of the inputs, each given a dim
+    of size 1 at ``dim`` (the same codes, one output scale)."""
+
+    op = "stack"
+
+    def forward(self, tensors) -> torch.Tensor:
+        return super().forward([t.unsqueeze(self.dim) for t in tensors])
+
+
 class _Reduce(QATModule):
     """A sum-like reduction; exact (float64 from exact inputs) as the binary ops."""
 

@@ -81,6 +81,10 @@ GRAPHS = {
     "repeat": lambda: _Head(lambda m, y: y.repeat(1, 2, 1, 1)),
     "repeat-spatial": lambda: _Head(lambda m, y: y.repeat(1, 1, 2, 3)),
     "add-self": lambda: _Head(lambda m, y: y + y),
+    "stack-self": lambda: _Head(lambda m, y: torch.stack([y, y], 1)),
+    "tile": lambda: _Head(lambda m, y: torch.tile(y, (1, 2, 1, 1))),
+    "repeat-interleave": lambda: _Head(lambda m, y: y.repeat_interleave(2, dim=1)),
+    "pixel-shuffle": lambda: _Upsampled(nn.PixelShuffle(2)),
     "fpn-nearest": lambda: _Fpn(),
     "fpn-bilinear": lambda: _Fpn("bilinear"),
 }
