@@ -230,12 +230,17 @@ def eltwise(f: Fields, out: Out, a, b, *, into=None) -> np.ndarray:
         return pair(a, b, into)
     args = [np.asarray(a), np.asarray(b)]
     if f["in_multiplier"]:
-        lo32, hi32 = numerics.qrange(32)
-        mode = f["rounding"]
-        args = [
-            requantizer.requantize(v, [m], [s], 0, lo32, hi32, None, mode)
-            for v, m, s in zip(args, f["in_multiplier"], f["in_shift"], strict=True)
-        ]
+        prepared = f.get("_in")
+        if prepared is not None:
+            args = [r(v, np.int64) for r, v in zip(prepared, args, strict=True)]
+        else:
+            lo32, hi32 = numerics.qrange(32)
+            mode = f["rounding"]
+            pairs = zip(args, f["in_multiplier"], f["in_shift"], strict=True)
+            args = [
+                requantizer.requantize(v, [m], [s], 0, lo32, hi32, None, mode)
+                for v, m, s in pairs
+            ]
     y = _ELTWISE[f["kind"]](*(v.astype(np.int64) for v in args))
     return post_process(f, integer_ops.saturate(y, f["acc_bits"]), out[1])
 
@@ -262,6 +267,9 @@ def cast(f: Fields, out: Out, x) -> np.ndarray:
 
 
 def lut(f: Fields, out: Out, x) -> np.ndarray:
+    table = f.get("_entries")
+    if table is not None:  # prepared: int8 codes as unsigned indices, no int64
+        return np.take(table, x.view(np.uint8) ^ np.uint8(128))
     return np.asarray(f["table"])[x.astype(np.int64) + 128].astype(out[1])
 
 
@@ -380,6 +388,26 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
         f["_post"] = _requantizers(f, len(out[0]))
     if name == "lut_segmented":
         f["_table"] = lut_table(f)
+    if name == "lut" and operands[0][1] == np.int8:
+        f["_entries"] = np.asarray(f["table"]).astype(out[1])
+    if name == "eltwise" and f["in_multiplier"]:  # each operand's rescale
+        lo32, hi32 = numerics.qrange(32)
+        f["_in"] = tuple(
+            requantizer.Requantizer(
+                [m],
+                [s],
+                0,
+                lo32,
+                hi32,
+                ndim=len(shape),
+                axis=None,
+                mode=f["rounding"],
+                acc_bound=requantizer.magnitude(dtype),
+            )  # fmt: skip
+            for (shape, dtype, _), m, s in zip(
+                operands, f["in_multiplier"], f["in_shift"], strict=True
+            )
+        )
     if name in ("conv", "gemm") and len(operands) > 1:
         (_, x_dtype, _), (_, _, w) = operands[0], operands[1]
         if w is not None and name == "conv":
