@@ -241,8 +241,10 @@ def eltwise(f: Fields, out: Out, a, b, *, into=None) -> np.ndarray:
                 requantizer.requantize(v, [m], [s], 0, lo32, hi32, None, mode)
                 for v, m, s in pairs
             ]
-    y = _ELTWISE[f["kind"]](*(v.astype(np.int64) for v in args))
-    return post_process(f, integer_ops.saturate(y, f["acc_bits"]), out[1])
+    y = _ELTWISE[f["kind"]](*(np.asarray(v, np.int64) for v in args))
+    if not f.get("_fits"):  # (prepared: no value can reach the accumulator's bound)
+        y = integer_ops.saturate(y, f["acc_bits"])
+    return post_process(f, y, out[1])
 
 
 def rescale(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
@@ -390,6 +392,8 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
         f["_table"] = lut_table(f)
     if name == "lut" and operands[0][1] == np.int8:
         f["_entries"] = np.asarray(f["table"]).astype(out[1])
+    if name == "eltwise":
+        f["_fits"] = _eltwise_bound(f, operands) < 1 << (f["acc_bits"] - 1)
     if name == "eltwise" and f["in_multiplier"]:  # each operand's rescale
         lo32, hi32 = numerics.qrange(32)
         f["_in"] = tuple(
@@ -518,6 +522,18 @@ def _fused_post(f: Fields, packed, x_dtype, bias) -> requantizer.Requantizer | N
         bias=inner if after is None else after, acc_bound=bound,
         ndim=4, axis=1, mode=f["rounding"],
     )  # fmt: skip
+
+
+def _eltwise_bound(f: Fields, operands) -> int:
+    """A bound on |kind(a, b)| of an eltwise op's (rescaled) operands."""
+    bounds = [requantizer.magnitude(d) for _, d, _ in operands]
+    if f["in_multiplier"]:  # |round(x * m / 2**s)| <= ceil(|x| * m / 2**s)
+        bounds = [
+            -(-b * m // 2**s) if s >= 0 else b * m * 2**-s
+            for b, m, s in zip(bounds, f["in_multiplier"], f["in_shift"], strict=True)
+        ]
+    a, b = bounds
+    return {"add": a + b, "sub": a + b, "mul": a * b}.get(f["kind"], max(a, b))
 
 
 def _pairwise(f: Fields, operands) -> bool:
