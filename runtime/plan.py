@@ -407,7 +407,7 @@ def _head(func_op: func.FuncOp) -> tuple:
 
 
 @dataclass(frozen=True)
-class _Snapshot:
+class Snapshot:
     """The IR a plan was built from: the head, the ops, and each op's
     ``_OP_STATE`` with copies of its property and attribute dicts.
 
@@ -423,10 +423,10 @@ class _Snapshot:
     state: list[tuple]
 
     @staticmethod
-    def of(func_op: func.FuncOp) -> _Snapshot:
+    def of(func_op: func.FuncOp) -> Snapshot:
         ops = tuple(func_op.body.block.ops)
         state = [(n, o, dict(p), dict(a)) for n, o, p, a in map(_OP_STATE, ops)]
-        return _Snapshot(_head(func_op), ops, state)
+        return Snapshot(_head(func_op), ops, state)
 
     def matches(self, func_op: func.FuncOp) -> bool:
         return _head(func_op) == self.head and (
@@ -441,7 +441,7 @@ def prepared(func_op: func.FuncOp, rounding: str) -> Plan:
     if hit is not None and hit[0].matches(func_op):
         return hit[1]
     plan = Plan(func_op, rounding)
-    cache[rounding] = (_Snapshot.of(func_op), plan)
+    cache[rounding] = (Snapshot.of(func_op), plan)
     return plan
 
 

@@ -1,0 +1,113 @@
+"""quantized.bc's fast feed: its compiled program, run in memory.
+
+``Function.feed`` (without an observer) of a model ``hbir.convert`` made — it
+records its march — runs the program ``hbir.compile`` would write to
+``model.hbm``: the compile phase (lower, layout, fuse, tile, schedule, plan
+memory), the emitter, the loader's verification of every instruction, then the
+simulated NPU (``runtime/npu_sim.py``). So ``quantized.bc`` and ``model.hbm``
+share one fast engine: each kernel and each fusion exists once (the fusions as
+npu-fuse's IR rewrites), and the interpreter (``runtime/interpreter.py``) stays
+the op-by-op reference both are proved against.
+
+The program is built on the first feed and cached on the module, and built again
+when its IR changes (the test of ``runtime/plan.py``'s ``Snapshot``). A model the
+compile phase refuses (one with fake quantization left, or an integer op no npu
+rule takes and the op table places nowhere) runs as the interpreter's prepared
+plan instead: the same numbers, more slowly; :func:`engine` says which and why.
+Other models (``qat.bc``, float models, hand-written IR without a march) run as
+the prepared plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
+from xdsl.utils.exceptions import VerifyException
+
+from hbir.errors import HbirError
+
+_CACHE = "_hbir_fast_feed"
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A module's program (None: refused, ``reason`` says why) and the IR it was
+    built from."""
+
+    key: tuple
+    snapshots: tuple
+    functions: dict  # name -> runtime.npu_sim.FunctionSim
+    reason: str
+
+
+def _key(module: ModuleOp) -> tuple:
+    """The module's functions and attributes (march, rounding, ...)."""
+    return (tuple(module.body.block.ops), dict(module.attributes))
+
+
+def _built(module: ModuleOp) -> _Built | None:
+    """The cached program of ``module`` (None: not a converted model)."""
+    from hbir.module import ATTR_MARCH
+    from hbir.runtime.plan import Snapshot
+
+    if ATTR_MARCH not in module.attributes:
+        return None
+    hit = module.__dict__.get(_CACHE)
+    key = _key(module)
+    functions = [f for f in module.body.block.ops if isinstance(f, FuncOp)]
+    if (
+        hit is not None
+        and hit.key == key
+        and all(s.matches(f) for s, f in zip(hit.snapshots, functions, strict=True))
+    ):
+        return hit
+    snapshots = tuple(Snapshot.of(f) for f in functions)
+    try:
+        sims, reason = _compile(module), ""
+    except (HbirError, VerifyException) as e:
+        sims, reason = {}, f"compile refused the model: {str(e).splitlines()[0]}"
+    built = _Built(key, snapshots, sims, reason)
+    module.__dict__[_CACHE] = built
+    return built
+
+
+def _compile(module: ModuleOp) -> dict:
+    """The compile phase on a clone, emitted and verified as the loader verifies a
+    file; each function prepared for the simulator."""
+    from hbir.compile import compile_passes
+    from hbir.dialects import make_context
+    from hbir.hbm import HbmFunction, verify
+    from hbir.hbm.emit import emit
+    from hbir.module import Module
+
+    source = Module(module)
+    compiled = source.clone()
+    ctx, op = make_context(), compiled.module.op
+    for p in compile_passes(source.march):
+        p.apply(ctx, op)
+
+    def fail(place: tuple, what: str):
+        raise HbirError(f"the compiled program's {place}: {what}")
+
+    program = emit(compiled, source)
+    verify.verify_program(program, fail, islands=False)  # (HbmFunction parses them)
+    return {code.name: HbmFunction(code)._sim for code in program.functions}
+
+
+def simulator(module: ModuleOp, name: str):
+    """The simulated NPU's prepared function ``name`` of the converted model
+    ``module``, or None where it runs as the prepared plan."""
+    built = _built(module)
+    return None if built is None else built.functions.get(name)
+
+
+def engine(module) -> str:
+    """Which fast engine ``feed`` uses for ``module`` (an ``hbir.Module``):
+    ``"npu"`` (the compiled program on the simulated NPU) or ``"plan"`` (the
+    interpreter's prepared plan), with the reason for a plan."""
+    built = _built(module.module.op)
+    if built is None:
+        return "plan (not a converted model: no march recorded)"
+    return "npu" if built.functions else f"plan ({built.reason})"
