@@ -14,8 +14,9 @@ when its IR changes (the test of ``runtime/plan.py``'s ``Snapshot``). A model th
 compile phase refuses (one with fake quantization left, or an integer op no npu
 rule takes and the op table places nowhere) runs as the interpreter's prepared
 plan instead: the same numbers, more slowly; :func:`engine` says which and why.
-Other models (``qat.bc``, float models, hand-written IR without a march) run as
-the prepared plan.
+Other models (``qat.bc``, float models, hand-written IR without a march, a
+program already lowered to the npu dialect) run as the prepared plan, and
+``feed(..., reference=True)`` runs any model as the interpreter defines it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _built(module: ModuleOp) -> _Built | None:
     from hbir.module import ATTR_MARCH
     from hbir.runtime.plan import Snapshot
 
-    if ATTR_MARCH not in module.attributes:
+    if ATTR_MARCH not in module.attributes or _lowered(module):
         return None
     hit = module.__dict__.get(_CACHE)
     key = _key(module)
@@ -71,6 +72,17 @@ def _built(module: ModuleOp) -> _Built | None:
     built = _Built(key, snapshots, sims, reason)
     module.__dict__[_CACHE] = built
     return built
+
+
+def _lowered(module: ModuleOp) -> bool:
+    """The module is (part of) a compiled program already: npu ops, which the
+    prepared plan runs with the npu kernels, as the interpreter defines them."""
+    return any(
+        op.dialect_name() == "npu"
+        for f in module.body.block.ops
+        if isinstance(f, FuncOp)
+        for op in f.body.block.ops
+    )
 
 
 def _compile(module: ModuleOp) -> dict:
@@ -109,5 +121,5 @@ def engine(module) -> str:
     interpreter's prepared plan), with the reason for a plan."""
     built = _built(module.module.op)
     if built is None:
-        return "plan (not a converted model: no march recorded)"
+        return "plan (not quantized.bc: no march recorded, or npu ops already)"
     return "npu" if built.functions else f"plan ({built.reason})"

@@ -255,8 +255,17 @@ class Function:
             op.__dict__["_hbir_signature"] = cached
         return cached[1]
 
-    def feed(self, inputs: Mapping[str, Any], on_op=None) -> dict[str, np.ndarray]:
+    def feed(
+        self, inputs: Mapping[str, Any], on_op=None, *, reference: bool = False
+    ) -> dict[str, np.ndarray]:
         """Run the function on named inputs (numpy arrays or torch tensors).
+
+        A converted model (``quantized.bc``) runs its compiled program, the one
+        ``model.hbm`` holds, on the simulated NPU (``hbir/fast_feed.py``); other
+        models run as the interpreter's prepared plan. ``reference=True`` runs the
+        interpreter's definition instead (op by op, no fusion: the engine every
+        fast path is proved against, which the verification tools compare with);
+        ``on_op(op, results)`` is called after every op, and implies it.
 
         A function exported with batch 1 also takes a batch: every input with a
         leading dimension of N instead of 1. It runs one sample at a time (the
@@ -265,19 +274,23 @@ class Function:
         """
         arrays, batch = self._check_inputs(inputs)
         if batch is None:
-            results = self._run(arrays, on_op)
+            results = self._run(arrays, on_op, reference)
         else:
             runs = [
-                self._run([x[i : i + 1] for x in arrays], on_op) for i in range(batch)
+                self._run([x[i : i + 1] for x in arrays], on_op, reference)
+                for i in range(batch)
             ]
             results = [np.concatenate(ys) for ys in zip(*runs, strict=True)]
         return Outputs(zip(self._signature()[2], results, strict=True))
 
-    def _run(self, arrays: list[np.ndarray], on_op) -> list[np.ndarray]:
+    def _run(
+        self, arrays: list[np.ndarray], on_op, reference: bool = False
+    ) -> list[np.ndarray]:
         from hbir.fast_feed import simulator
         from hbir.runtime.interpreter import run_function
 
-        sim = None if on_op is not None else simulator(self._module._op, self.name)
+        fast = on_op is None and not reference
+        sim = simulator(self._module._op, self.name) if fast else None
         if sim is not None:  # quantized.bc: its compiled program (hbir/fast_feed.py)
             return sim.run(arrays)  # (fresh arrays)
         results = run_function(

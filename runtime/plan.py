@@ -13,7 +13,10 @@ function, what the op-by-op loop does on every call:
   ready arrays;
 * SSA values become slots of a list, and each slot is released after its last use.
 
-Every other op runs its interpreter kernel unchanged. The results are the
+Every other op runs its interpreter kernel unchanged, and no ops are fused:
+fusions are npu-fuse's IR rewrites, which ``quantized.bc``'s fast feed runs as
+its compiled program (``hbir/fast_feed.py``). The plan runs ``qat.bc``, the CPU
+islands of a compiled program and models without a march. The results are the
 interpreter's bit for bit: the prepared steps call kernels tested against the
 numerics reference, and ``tests/runtime/test_plan.py`` compares whole functions.
 
@@ -102,8 +105,6 @@ class Plan:
         for slot, value in constants.items():
             self.env[slot] = value
         keep = set(returns) | set(constants)
-        steps = _fuse_clamps(_fuse_gemm_epilogues(steps, constants, keep), keep)
-        steps = _fuse_rescaled_adds(steps, keep)
         self.steps = _with_liveness(steps, keep)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -196,194 +197,6 @@ def _with_liveness(steps: list[Step], keep: set[int]) -> tuple[Step, ...]:
 # Without ``on_op`` nobody sees the values inside a chain whose intermediate
 # results each have one reader, so such a chain may run as one step when that
 # provably computes the same numbers.
-
-
-def _only_reader(steps: list[Step], keep: set[int]) -> Callable[[Step], int | None]:
-    """``reader(step)``: the index of the one step reading ``step``'s one result
-    (None if the result is read twice, returned, or the step has several)."""
-    readers: dict[int, list[int]] = {}
-    for i, step in enumerate(steps):
-        for slot in step.args:
-            readers.setdefault(slot, []).append(i)
-
-    def reader(step: Step) -> int | None:
-        if len(step.outs) != 1 or step.outs[0] in keep:
-            return None
-        found = readers.get(step.outs[0], [])
-        return found[0] if len(found) == 1 else None
-
-    return reader
-
-
-@dataclass(frozen=True)
-class FusedGemmStep:
-    """An integer conv / linear and its epilogue (left-shift requantize, bias
-    add, requantize) as exact sums and one ``Requantizer`` with an offset."""
-
-    sums: Callable[[np.ndarray], np.ndarray]
-    requantizer: Requantizer
-    out: np.dtype
-
-    def __call__(self, x, *_constant_operands):
-        return (self.requantizer(self.sums(x), self.out),)
-
-
-def _channel_vector(c: np.ndarray, ndim: int, axis: int) -> np.ndarray | None:
-    """``c`` as one value per channel along ``axis`` (or one for all), if it
-    broadcasts against an ndim tensor along that axis only."""
-    if c.ndim > ndim:
-        return None
-    full = c.reshape((1,) * (ndim - c.ndim) + c.shape)
-    if any(n != 1 for d, n in enumerate(full.shape) if d != axis):
-        return None
-    return full.reshape(-1).astype(np.int64)
-
-
-def _epilogue(steps: list[Step], i: int, reader, constants) -> tuple | None:
-    """The fusable epilogue of gemm step i: (indices, fused step), or None.
-
-    gemm -> requantize (an exact factor F into si32) -> add (a constant bias b,
-    si32) -> requantize (m, s) computes ``round((acc * (m F) + b m) / 2**s)``
-    when ``bound * F + max|b| < 2**31``: then neither si32 step saturates.
-    """
-    gemm = steps[i]
-    chain, step = [], gemm
-    for _ in range(3):
-        j = reader(step)
-        if j is None:
-            return None
-        chain.append(j)
-        step = steps[j]
-    first, add, last = (steps[j] for j in chain)
-    if not (
-        isinstance(gemm.run, GemmStep)
-        and gemm.run.bias is None
-        and isinstance(first.run, RequantizeStep)
-        and first.run.out == np.int32
-        and isinstance(add.op, hbir.AddOp)
-        and isinstance(add.run, IntegerAddStep)
-        and add.run.out == np.int32
-        and isinstance(last.run, RequantizeStep)
-    ):
-        return None
-    factor = first.run.requantizer.factor()
-    bias_slots = [a for a in add.args if a != first.outs[0]]
-    if factor is None or len(bias_slots) != 1 or bias_slots[0] not in constants:
-        return None
-    ndim = len(gemm.op.results[0].type.get_shape())
-    axis = gemm.run.axis % ndim
-    bias = _channel_vector(constants[bias_slots[0]], ndim, axis)
-    r = last.run.requantizer
-    if bias is None or r.offset is not None:
-        return None
-    shifted = gemm.run.bound * factor
-    if shifted + int(np.max(np.abs(bias))) >= 2**31:
-        return None
-    if first.run.requantizer.lo > -shifted or first.run.requantizer.hi < shifted:
-        return None  # a clip on the shift would act
-    m = np.asarray(r.params["multiplier"], np.int64).reshape(-1)
-    shift = np.asarray(r.params["shift"], np.int64).reshape(-1)
-    channels = max(m.size, shift.size, bias.size)
-    m = np.broadcast_to(m, (channels,))
-    params = r.params | {
-        "multiplier": m * factor,
-        "shift": np.broadcast_to(shift, (channels,)),
-        "offset": np.broadcast_to(bias, (channels,)) * m,
-        "axis": axis,
-        "acc_bound": gemm.run.bound,
-    }
-    requantizer = Requantizer(**params)
-    if requantizer.path == "reference":
-        return None
-    run = FusedGemmStep(gemm.run.sums, requantizer, last.run.out)
-    return chain, Step(gemm.op, run, gemm.args, last.outs, None)
-
-
-def _fuse_gemm_epilogues(steps: list[Step], constants, keep) -> list[Step]:
-    reader = _only_reader(steps, keep)
-    fused: dict[int, Step] = {}
-    gone: set[int] = set()
-    for i in range(len(steps)):
-        found = _epilogue(steps, i, reader, constants)
-        if found is not None:
-            chain, fused[i] = found
-            gone.update(chain)
-    return [fused.get(i, step) for i, step in enumerate(steps) if i not in gone]
-
-
-def _fuse_clamps(steps: list[Step], keep) -> list[Step]:
-    """A requantization followed by one that only clamps (factor 1, zero point
-    0: a ReLU) becomes one requantization with the narrower bounds."""
-    reader = _only_reader(steps, keep)
-    steps, gone = list(steps), set()
-    for i, step in enumerate(steps):
-        if i in gone or not isinstance(step.run, RequantizeStep | FusedGemmStep):
-            continue
-        j = reader(step)
-        clamp = None if j is None else steps[j].run
-        if not isinstance(clamp, RequantizeStep) or clamp.requantizer.factor() != 1:
-            continue
-        r = clamp.requantizer
-        run = dataclasses.replace(
-            step.run,
-            requantizer=step.run.requantizer.clamped(r.lo, r.hi),
-            out=clamp.out,
-        )
-        steps[i] = dataclasses.replace(step, run=run, outs=steps[j].outs)
-        gone.add(j)
-    return [step for i, step in enumerate(steps) if i not in gone]
-
-
-@dataclass(frozen=True)
-class PairTableStep:
-    """Steps computing one function of two 8-bit code tensors, as a lookup."""
-
-    table: kernels.PairTable
-
-    def __call__(self, a, b):
-        return (self.table(a, b),)
-
-
-def _pair_table(a_step, b_step, add_step, last_step, dtypes) -> PairTableStep:
-    def fn(a, b):
-        (ra,), (rb,) = a_step.run(a), b_step.run(b)
-        return last_step.run(*add_step.run(ra, rb))[0]
-
-    return PairTableStep(kernels.PairTable(fn, dtypes))
-
-
-def _fuse_rescaled_adds(steps: list[Step], keep) -> list[Step]:
-    """``requantize(requantize(a) + requantize(b))`` of 8-bit codes ``a``, ``b``
-    (a residual add onto a common grid, one multiplier per requantization)
-    becomes one lookup per element: every step is elementwise, so its result
-    is a function of the pair ``(a, b)``."""
-    reader = _only_reader(steps, keep)
-    index = {slot: i for i, step in enumerate(steps) for slot in step.outs}
-    fused: dict[int, Step] = {}
-    gone: set[int] = set()
-    for i, add in enumerate(steps):
-        if not isinstance(add.run, IntegerAddStep) or len(set(add.args)) != 2:
-            continue
-        producers = [index.get(slot) for slot in add.args]
-        j = reader(add)
-        if None in producers or j is None or {*producers, j} & (gone | set(fused)):
-            continue
-        a_step, b_step, last = (steps[k] for k in (*producers, j))
-        rescales = (a_step, b_step, last)
-        if not all(isinstance(r.run, RequantizeStep) for r in rescales):
-            continue
-        if not all(r.run.requantizer.per_tensor for r in rescales):
-            continue  # per-channel parameters: not one function of the pair
-        dtypes = [_operand_dtype(r.op.operands[0]) for r in (a_step, b_step)]
-        if any(d.itemsize != 1 or not _integer(d) for d in dtypes):
-            continue
-        if any(reader(r) != i for r in (a_step, b_step)):
-            continue
-        table = _pair_table(a_step, b_step, add, last, dtypes)
-        args = (a_step.args[0], b_step.args[0])
-        fused[i] = Step(last.op, table, args, last.outs, None)
-        gone.update((*producers, j))
-    return [fused.get(i, step) for i, step in enumerate(steps) if i not in gone]
 
 
 # ------------------------------------------------------------------ the cache

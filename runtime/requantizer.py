@@ -249,21 +249,6 @@ class Requantizer:
         channels = max(p.size for p in params)
         return params, (self.params["axis"] if channels > 1 else None)
 
-    def clamped(self, lo: int, hi: int) -> Requantizer:
-        """This requantization followed by a clamp to ``[lo, hi]``."""
-        params = self.params | {"lo": max(self.lo, lo), "hi": min(self.hi, hi)}
-        return Requantizer(**params)
-
-    def factor(self) -> int | None:
-        """``F`` when this computes ``clamp(acc * F, lo, hi)`` (one multiplier,
-        zero point 0, no rounding, no offset), else None."""
-        if self.zero or self.offset is not None or self.m.size != 1:
-            return None
-        if self._path == "integer" or (self._path == "left" and self.limit is None):
-            shift = 0 if self._path == "integer" else int(self.s)
-            return int(self.m) << shift
-        return None
-
     def _float_form(self, m, s, off):
         """Per channel ``(a0, m / 2**s, (a0 m + off) / 2**s)`` as float64 when
         ``((acc - a0) * m + c) / 2**s`` is exact wherever it decides the result.

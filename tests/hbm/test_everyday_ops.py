@@ -2,8 +2,9 @@
 
 Each small graph (resizes and upsampling modules, a value concatenated with itself
 or repeated, an FPN neck) is prepared, calibrated, exported, converted and
-compiled; the ``model.hbm`` loaded back from its file must give outputs
-bit-identical to quantized.bc's (the interpreter: the independent reference).
+compiled; the ``model.hbm`` loaded back from its file and quantized.bc's own
+fast feed (its compiled program, in memory) must both give outputs bit-identical
+to quantized.bc's as the interpreter defines it (``reference=True``).
 The first two are the regressions of issue 26: every bilinear ``F.interpolate``
 failed to write ("resize keeps the dtype"), and ``torch.cat([y, y])`` after a conv
 crashed npu-layout ("Cannot detach a toplevel operation").
@@ -104,9 +105,10 @@ def test_everyday_ops_reach_a_bit_identical_model_hbm(name, tmp_path):
     hbm = hbir.load(str(tmp_path / "model.hbm"))
     for x in inputs:
         feed = {"_input_0": x.numpy()}
-        want = _outputs(quantized["forward"].feed(feed))
-        got = _outputs(hbm["forward"].feed(feed))
-        assert len(want) == len(got)
-        for w, g in zip(want, got, strict=True):
-            assert w.dtype == g.dtype and w.shape == g.shape
-            assert w.tobytes() == g.tobytes(), f"{name}: model.hbm differs"
+        want = _outputs(quantized["forward"].feed(feed, reference=True))
+        for engine, f in (("model.hbm", hbm["forward"]), ("feed", quantized[0])):
+            got = _outputs(f.feed(feed))
+            assert len(want) == len(got)
+            for w, g in zip(want, got, strict=True):
+                assert w.dtype == g.dtype and w.shape == g.shape
+                assert w.tobytes() == g.tobytes(), f"{name}: {engine} differs"

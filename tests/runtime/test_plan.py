@@ -1,19 +1,21 @@
-"""runtime/plan.py: prepared execution computes what the op-by-op loop computes.
+"""runtime/plan.py and quantized.bc's fast feed compute what the op-by-op loop does.
 
-The fused conv epilogue is checked against an independent int64 reference (the
-numpy engine of ``integer_ops`` and ``numerics.requantize``, step by step with
-saturation); whole zoo models (qat.bc and quantized.bc) against the op-by-op
-loop, bit for bit; and the cache against in-place IR edits.
+The fused conv epilogue and the rescaled add (which the compiled program of a
+converted model fuses: hbir/fast_feed.py) are checked against independent int64
+references (the numpy engine of ``integer_ops`` and ``numerics.requantize``, step
+by step with saturation); whole zoo models (qat.bc and quantized.bc) against the
+op-by-op loop, bit for bit; and the caches against in-place IR edits.
 """
 
 import numpy as np
 import pytest
 import torch
 import zoo
-from xdsl.dialects.builtin import DenseArrayBase, i64
+from xdsl.dialects.builtin import DenseArrayBase, StringAttr, i64
 from zoo_stages import calibrated
 
 import hbir
+from hbir.fast_feed import engine, simulator
 from hbir.quantization import export
 from hbir.runtime import integer_ops, kernels, numerics, plan
 from hbir.runtime.interpreter import run_function
@@ -55,6 +57,21 @@ func.func @forward(%x: {tx}) -> {ty} {{
 """
 
 
+def converted(text: str) -> hbir.Module:
+    """``text`` as a model convert made (its march recorded): feed runs its
+    compiled program on the simulated NPU."""
+    m = hbir.Module.parse(text)
+    m.module.op.attributes["hbir.march"] = StringAttr("nash-e")
+    assert engine(m) == "npu"
+    return m
+
+
+def npu_steps(m: hbir.Module, name: str) -> list:
+    """The simulator's prepared instructions ``name`` of ``m``'s first function."""
+    sim = simulator(m.module.op, m[0].name)
+    return [step for step in sim.steps if step.name == name]
+
+
 def chain_reference(x, w, bias, left, m, s):
     """The chain step by step in int64, saturating where each op does."""
     acc = integer_ops.conv2d(x, w, None, (1, 1), (1, 1), (1, 1), 1)  # int64 engine
@@ -74,15 +91,17 @@ def test_conv_epilogue_equals_the_int64_reference(left, fused):
     real = RNG.uniform(2.0**-20, 2.0**-12, 16) * 2.0**-left
     real[0] = 2.0 ** -(left + 9)  # a factor with ties
     m, s = numerics.requantize_multipliers(real)
-    f = hbir.Module.parse(conv_chain(w, bias, left, m, s))[0]
+    model = converted(conv_chain(w, bias, left, m, s))
     xs = [RNG.integers(-128, 127, (1, 8, 6, 6), endpoint=True).astype(np.int8)]
     xs.append(np.full((1, 8, 6, 6), -128, np.int8))  # the largest sums
     for x in xs:
-        got = f.feed({"_input_0": x})["_output_0"]
+        got = model[0].feed({"_input_0": x})["_output_0"]
         np.testing.assert_array_equal(got, chain_reference(x, w, bias, left, m, s))
         assert got.dtype == np.int8
-    steps = plan.prepared(f.op, "half_even").steps
-    assert (len(steps) == 1) == fused  # one fused step, or the chain kept apart
+    # npu-fuse made it one conv; its epilogue one requantization unless it saturates
+    (conv,) = npu_steps(model, "conv")
+    assert not npu_steps(model, "rescale") and not npu_steps(model, "eltwise")
+    assert ("_fused" in conv.fields) == fused
 
 
 def test_a_large_conv_takes_onednn_and_blocked_float64_and_stays_exact():
@@ -95,21 +114,17 @@ def test_a_large_conv_takes_onednn_and_blocked_float64_and_stays_exact():
     bias = RNG.integers(-(2**20), 2**20, o)
     real = RNG.uniform(2.0**-20, 2.0**-14, o) * 2.0**-6  # no ties in range
     m, s = numerics.requantize_multipliers(real)
-    f = hbir.Module.parse(conv_chain(w, bias, 6, m, s, size=32))[0]
+    model = converted(conv_chain(w, bias, 6, m, s, size=32))
     for x in (
         RNG.integers(-128, 127, (1, c, 32, 32), endpoint=True).astype(np.int8),
         np.full((1, c, 32, 32), 127, np.int8),  # channel 1 sums past 2**24
     ):
-        got = f.feed({"_input_0": x})["_output_0"]
+        got = model[0].feed({"_input_0": x})["_output_0"]
         np.testing.assert_array_equal(got, chain_reference(x, w, bias, 6, m, s))
-    (step,) = plan.prepared(f.op, "half_even").steps
-    assert step.run.requantizer.path == "nearest"
-    (packed,) = (
-        c.cell_contents
-        for c in step.run.sums.__closure__
-        if isinstance(c.cell_contents, kernels.PackedConv)
-    )
-    assert packed.onednn  # oneDNN's packing was made: its path ran
+    convs = npu_steps(model, "conv")  # (tiled to the SRAM: one or more)
+    assert all(step.fields["_fused"].path == "nearest" for step in convs)
+    assert all(isinstance(s.fields["_packed"], kernels.PackedConv) for s in convs)
+    assert any(step.fields["_packed"].onednn for step in convs)  # oneDNN's path
 
 
 RESCALED_ADD = """
@@ -133,15 +148,19 @@ def test_a_rescaled_add_is_one_lookup_equal_to_the_int64_steps(mode):
     """A residual add onto a common grid (ResNet's) runs as one 256 x 256 table
     of its three requantizations and the add; every code pair is checked
     against numerics step by step (the second multiplier makes ties)."""
-    f = hbir.Module.parse(RESCALED_ADD)[0]
+    model = converted(
+        RESCALED_ADD.replace(
+            "shift = array<i64: ", f'rounding = "{mode}", shift = array<i64: '
+        )
+    )
     codes = np.arange(-128, 128)
     a, b = (v.reshape(-1).astype(np.int8) for v in np.meshgrid(codes, codes))
     ra = numerics.requantize(a, [1272053632], [11], 0, -(2**31), 2**31 - 1, mode=mode)
     rb = numerics.requantize(b, [1073741824], [9], 0, -(2**31), 2**31 - 1, mode=mode)
     total = numerics.saturate(ra + rb, 32)
     ref = numerics.requantize(total, [1931095680], [52], 0, 0, 127, mode=mode)
-    steps = plan.prepared(f.op, mode).steps
-    assert [type(s.run) for s in steps] == [plan.PairTableStep]
+    (add,) = npu_steps(model, "eltwise")  # npu-fuse: one op, as a table
+    assert "_pair" in add.fields and not npu_steps(model, "rescale")
     # every pair, 100 per call (the last call wraps around to the first pairs)
     pairs_a = np.resize(a, (a.size // 100 + 1) * 100)
     pairs_b = np.resize(b, pairs_a.size)
@@ -149,8 +168,10 @@ def test_a_rescaled_add_is_one_lookup_equal_to_the_int64_steps(mode):
     for i in range(0, pairs_a.size, 100):
         xa = pairs_a[i : i + 100].reshape(1, 4, 5, 5)
         xb = pairs_b[i : i + 100].reshape(1, 4, 5, 5)
-        (y,) = run_function(f.op, [xa, xb], rounding=mode)
+        y = model[0](xa, xb)
         np.testing.assert_array_equal(y.reshape(-1), expect[i : i + 100])
+        (z,) = run_function(model[0].op, [xa, xb], rounding=mode)  # the plan too
+        np.testing.assert_array_equal(z, y)
 
 
 def test_zoo_plans_equal_the_op_by_op_loop(tmp_path):
