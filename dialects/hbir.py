@@ -891,19 +891,11 @@ class Conv2dOp(ConvOperands):
             )
 
 
-class ConvTransposeOperands(IRDLOperation):
-    """The operands and properties of a transposed convolution (``hbir`` in
-    NCHW, ``npu`` in NHWC: the same fields)."""
+class ConvTransposeOperands(ConvOperands):
+    """A convolution's operands and properties, and the ``output_padding`` of a
+    transposed one."""
 
-    input = operand_def(AnyTensorTypeConstr)
-    weight = operand_def(AnyTensorTypeConstr)
-    bias = opt_operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    stride = prop_def(DenseArrayBase[I64])
-    padding = prop_def(DenseArrayBase[I64])
     output_padding = prop_def(DenseArrayBase[I64])
-    dilation = prop_def(DenseArrayBase[I64])
-    groups = prop_def(IntegerAttr[I64], default_value=i64_attr(1))
 
 
 @irdl_op_definition
