@@ -7,8 +7,9 @@ ResNet-18-like benchmark model; MobileNetV2 at 224x224; an encoder block of
 sequence 128 and width 256), batch 1, one thread, in one process:
 
 * torch fp32 eager, ``qat.pt`` eager (VALIDATION, the fixed-point forward);
-* ``qat.bc`` feed, ``quantized.bc`` feed (the interpreter's prepared plans,
-  ``runtime/plan.py``), and whether each equals the op-by-op loop bit for bit;
+* ``qat.bc`` feed (the interpreter's prepared plan, ``runtime/plan.py``),
+  ``quantized.bc`` feed (its compiled program in memory, ``hbir/fast_feed.py``),
+  and whether each equals the op-by-op loop bit for bit;
 * ``model.hbm`` feed (the simulated NPU; skipped with the compiler's reason
   for a model it refuses);
 * ONNX Runtime fp32 and int8 QDQ (u8 activations, s8 per-channel weights: the
@@ -22,7 +23,7 @@ three targets are printed below each table as the median of the rounds' ratios
 (``quantized.bc`` / ORT int8 <= 3, ``model.hbm`` / ORT int8 <= 1.5, ``qat.bc`` /
 ``qat.pt`` <= 1.2).
 
-Then the per-op overhead of the interpreter on the tiny zoo models
+Then the per-op overhead of the interpreter's prepared plan on the tiny zoo models
 (``tests/zoo.py``): (feed time - time inside the plan's kernels) / steps, and,
 less noisy, feed's time per step with every kernel replaced by its precomputed
 results.
@@ -203,8 +204,8 @@ def per_op_overhead(repeat: int) -> None:
                 prepared = plan.prepared(f.op, module.rounding)
                 steps = prepared.steps
                 inputs = list(feed.values())
-                total, kernel = interleaved_best(
-                    lambda f=f, feed=feed: f.feed(feed),
+                total, kernel = interleaved_best(  # (the plan: reference=True)
+                    lambda f=f, feed=feed: f.feed(feed, reference=True),
                     lambda p=prepared, i=inputs: _kernels_only(p, i),
                     repeat * 40,
                 )
@@ -233,7 +234,9 @@ def _overhead_alone(f, feed, prepared: plan.Plan, inputs, repeat: int) -> float:
         constant.append(dataclasses.replace(step, run=lambda *_, r=results: r))
     real, prepared.steps = prepared.steps, tuple(constant)
     try:
-        best = min(_seconds(lambda: f.feed(feed)) for _ in range(repeat))
+        best = min(
+            _seconds(lambda: f.feed(feed, reference=True)) for _ in range(repeat)
+        )
     finally:
         prepared.steps = real
     return best / len(constant) * 1e6
