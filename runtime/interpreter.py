@@ -760,7 +760,7 @@ def _identity(op: Operation, x: np.ndarray) -> tuple[np.ndarray, ...]:
 
 # ------------------------------------------------------------------ the table
 
-KERNELS: dict[type[Operation], Kernel] = {
+_HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.ConstantOp: _constant,
     hbir.NegOp: _elementwise(torch.neg, np.negative),
     hbir.AbsOp: _elementwise(torch.abs, np.abs),
@@ -874,10 +874,12 @@ def check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         raise op_error(op, f"produced {got}, expected {dtype} {shape}")
 
 
-# The npu dialect (the compile phase's output) registers its kernels here.
+# The npu dialect's kernels (runtime/npu_kernels.py, which imports this module
+# for its engines: imported last).
 from hbir.runtime import npu_kernels  # noqa: E402
 
-KERNELS.update(npu_kernels.KERNELS)
+# The one table: every hbir, qnt and npu op's kernel.
+KERNELS: dict[type[Operation], Kernel] = _HBIR_QNT_KERNELS | npu_kernels.KERNELS
 
 # Kernels whose result depends on the model's rounding mode (fake quantization,
 # the lookup-table ops, the ops ``qnt.exact`` can mark): those taking ``rounding``.

@@ -3,8 +3,8 @@
 Each npu op is described by its opcode's fields (``runtime/hbm_opcodes.py``):
 ``fields_of(op)`` reads them off an xDSL op (the npu dialect's defaults
 resolved), and ``COMPUTE[opcode name](fields, out, *operands)`` computes the
-result from plain values — the interpreter's kernels (``KERNELS``, registered
-into ``runtime/interpreter.py``) call it with the op's fields, the simulator
+result from plain values — the interpreter's kernels (``KERNELS``, part of
+``runtime/interpreter.py``'s one table) call it with the op's fields, the simulator
 (``runtime/npu_sim.py``) with an instruction's, so the program after every
 compile pass, the interpreter and the ``.hbm`` program compute the same numbers
 by the same code. In ``fields``, a ``buffer``-kind field is an int64 array (or
@@ -585,6 +585,6 @@ KERNELS = {
     npu.CpuCallOp: _cpu_call,
 }
 
-# Last: the interpreter imports this module at its end to register KERNELS, so
-# either module may be imported first (its engines are used at call time).
+# Last: the interpreter imports this module at its end for its table of KERNELS,
+# so either module may be imported first (its engines are used at call time).
 from hbir.runtime import interpreter as interp  # noqa: E402
