@@ -22,6 +22,7 @@ byte offset, the assembler into a line and a column.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from typing import NoReturn
@@ -165,6 +166,7 @@ def verify_function(fn: FunctionCode, fail: Fail, islands: bool = True) -> None:
     verify_io(fn, fail)
     for i, instruction in enumerate(fn.instructions):
         verify_instruction(fn, instruction, lambda what, i=i: fail(_at(i), what))
+    verify_def_before_use(fn, fail)
     verify_debug(fn, fail)
     if islands:
         verify_islands(fn, fail)
@@ -296,6 +298,66 @@ def verify_instruction(fn: FunctionCode, ins: Instruction, fail: Callable) -> No
     problem = hbm_opcodes.check(ins, fn)
     if problem:
         fail(problem)
+
+
+class _Written:
+    """The byte ranges of one memory written so far: sorted, disjoint, merged."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def covers(self, lo: int, hi: int) -> bool:
+        i = bisect.bisect_right(self.starts, lo) - 1
+        return lo >= hi or (i >= 0 and self.ends[i] >= hi)
+
+    def add(self, lo: int, hi: int) -> None:
+        if lo >= hi:
+            return
+        i = bisect.bisect_left(self.ends, lo)  # the first range that may touch
+        j = bisect.bisect_right(self.starts, hi)  # past the last one that does
+        if i < j:
+            lo, hi = min(lo, self.starts[i]), max(hi, self.ends[j - 1])
+        self.starts[i:j], self.ends[i:j] = [lo], [hi]
+
+
+def _memory(buf: Buffer) -> tuple[tuple, int, int]:
+    """(the memory, first byte, end) of a buffer's value: an ``io`` buffer is an
+    allocation of its own; the others share their space's arena."""
+    where = ("io", buf.id) if buf.space == "io" else (buf.space,)
+    return where, buf.offset, buf.offset + nbytes(buf.shape, buf.dtype)
+
+
+def verify_def_before_use(fn: FunctionCode, fail: Fail) -> None:
+    """Every byte an instruction reads (and every output) was written before:
+    by the inputs, the constants or an earlier instruction. So a verified
+    program is a pure function of its inputs: what an earlier run left in the
+    arenas can never reach a result."""
+    written: dict[tuple, _Written] = {}
+
+    def write(key: int) -> None:
+        where, lo, hi = _memory(fn.buffers[key])
+        written.setdefault(where, _Written()).add(lo, hi)
+
+    def unwritten(key: int) -> bool:
+        where, lo, hi = _memory(fn.buffers[key])
+        return not written.get(where, _Written()).covers(lo, hi)
+
+    for key in fn.input_buffers:
+        write(key)
+    for key, buf in fn.buffers.items():
+        if buf.space == "const":
+            write(key)
+    for i, ins in enumerate(fn.instructions):
+        for key in ins.operands:
+            if unwritten(key):
+                name = BY_NUMBER[ins.opcode].name
+                fail(_at(i), f"'{name}' reads %{key} before anything wrote it")
+        for key in ins.results:
+            write(key)
+    for i, key in enumerate(fn.output_buffers):
+        if unwritten(key):
+            fail(("output", i), f"output %{key} is never written")
 
 
 def verify_debug(fn: FunctionCode, fail: Fail) -> None:

@@ -644,7 +644,8 @@ def test_every_opcode_field_kind_round_trips(program):
     kinds = {kind for op in BY_NAME.values() for _, kind in op.fields}
     assert kinds == {"i64", "i64[]", "f64", "f64[]", "str", "bool", "buffer"}
     fn = program.functions[0]
-    fn.buffers[10] = Buffer(10, "sram", 0, 64, (1, 4, 4, 2), "int8")
+    fn.buffers[10] = Buffer(10, "const", 192, 64, (1, 4, 4, 2), "int8")
+    fn.constants[10] = np.zeros((1, 4, 4, 2), np.int8)  # (read: written before)
     fn.buffers[11] = Buffer(11, "sram", 64, 64, (1, 4, 4, 2), "int8")
     fields = dict(size=(4, 4), mode="bilinear", align_corners=True)
     fields.update(scale=(1.0000000000000002, -0.0), weight_bits=-1)

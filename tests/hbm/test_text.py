@@ -55,7 +55,8 @@ FLOATS = (0.1, 1 / 3, 5e-324, -0.0, 1e300, math.inf, -math.inf, 2.0**-1074 * 3)
 
 def test_floats_and_big_constants_are_exact(program):
     fn = program.functions[0]
-    fn.buffers[10] = Buffer(10, "sram", 0, 64, (1, 4, 4, 2), "int8")
+    fn.buffers[10] = Buffer(10, "const", 512, 64, (1, 4, 4, 2), "int8")
+    fn.constants[10] = np.zeros((1, 4, 4, 2), np.int8)  # (read: written before)
     fn.buffers[11] = Buffer(11, "sram", 64, 64, (1, 4, 4, 2), "int8")
     for pair in zip(FLOATS[::2], FLOATS[1::2], strict=True):  # scale: 2 values
         fields = dict(size=(4, 4), mode="bilinear", align_corners=False)
