@@ -44,7 +44,13 @@ import numpy as np
 from hbir.errors import HbirError
 from hbir.runtime import npu_forward, npu_kernels, npu_merge, plan
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
-from hbir.runtime.hbm_program import Buffer, DebugEntry, FunctionCode, Instruction
+from hbir.runtime.hbm_program import (
+    MEMORY_BUDGET,
+    Buffer,
+    DebugEntry,
+    FunctionCode,
+    Instruction,
+)
 
 OnInstruction = Callable[[int, Instruction, DebugEntry, tuple[np.ndarray, ...]], None]
 
@@ -182,7 +188,7 @@ def _minus(spans: list[tuple[int, int]], r: tuple[int, int]) -> list:
 
 # The simulated memories are allocated up front: a (verified, but hostile)
 # file declaring a larger arena is refused rather than exhausting the host.
-MAX_ARENA_BYTES = 1 << 33
+MAX_ARENA_BYTES = MEMORY_BUDGET  # (the loader checks it of every program)
 
 
 class FunctionSim:

@@ -34,6 +34,7 @@ from hbir.runtime import hbm_opcodes
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE, OPCODES
 from hbir.runtime.hbm_program import (
     DTYPES,
+    MEMORY_BUDGET,
     SPACES,
     Buffer,
     FunctionCode,
@@ -151,6 +152,19 @@ def verify_buffers(fn: FunctionCode, fail: Fail) -> None:
                 f"bytes {buf.offset}..{buf.offset + buf.size} are outside the "
                 f"{buf.space} arena of {arena[buf.space]} bytes",
             )
+    total = (
+        arena["ddr"]
+        + arena["sram"]
+        + sum(b.size for b in fn.buffers.values() if b.space in ("io", "const"))
+    )
+    if total > MEMORY_BUDGET:
+        big = max(fn.buffers.values(), key=lambda b: b.size, default=None)
+        fail(
+            ("function",) if big is None else ("buffer", big.id),
+            f"the function's buffers take {total} bytes (the largest: %"
+            f"{getattr(big, 'id', '?')}, {getattr(big, 'size', 0)} bytes in "
+            f"{getattr(big, 'space', '?')}), above the {MEMORY_BUDGET}-byte budget",
+        )
     for space, peak in arena.items():
         end = max(
             (b.offset + b.size for b in fn.buffers.values() if b.space == space),

@@ -121,3 +121,13 @@ def test_poisoned_arenas_change_no_output(name, tmp_path_factory):
         again = f.feed(feed)
         for key, y in first.items():
             assert again[key].tobytes() == y.tobytes(), f"{name}: {key} changed"
+
+
+def test_a_buffer_beyond_the_memory_budget_is_refused_before_allocation(
+    program, unchecked_bytes
+):
+    """A small file declaring a 1 TiB io buffer: a located error, no MemoryError."""
+    fn = program.functions[1]
+    fn.buffers[9] = dataclasses.replace(fn.buffers[9], size=1 << 40)
+    with pytest.raises(HbmFormatError, match=r"%9, 1099511627776 bytes in io\), abo"):
+        container.from_bytes(unchecked_bytes(program), "big.hbm")
