@@ -32,6 +32,7 @@ from hbir.quantization.observers import (
     MovingAverageMinMaxObserver,
     PerChannelMinMaxObserver,
 )
+from hbir.quantization.options import QuantOptions, current_options, using
 from hbir.quantization.pre_export import PreExportError, pre_export
 from hbir.quantization.prepare import UnsupportedOpError, prepare
 from hbir.quantization.qat_modules import float_validation
@@ -97,8 +98,10 @@ __all__ = [
     "QConfig",
     "QconfigSetter",
     "QuantDType",
+    "QuantOptions",
     "QuantStub",
     "UnsupportedOpError",
+    "current_options",
     "export",
     "fake_quantize",
     "float_validation",
@@ -113,4 +116,5 @@ __all__ = [
     "set_fake_quantize",
     "set_round_mode",
     "set_source_root",
+    "using",
 ]

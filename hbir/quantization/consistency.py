@@ -21,25 +21,22 @@ makes exact.
 
 from __future__ import annotations
 
+from hbir.quantization.options import current_options, set_defaults
 from hbir.quantization.qconfig import QConfig
 
 
 class ConsistencyStrategy:
-    """Global consistency level read by ``prepare`` (reset with ``None``)."""
-
-    _level: int | None = None
+    """The reference API's consistency level: a shim over the quantization
+    options' ``consistency_level`` (``hbir/quantization/options.py``), which
+    ``prepare`` reads (reset with ``None``)."""
 
     @classmethod
     def set_consistency_level(cls, level: int | None) -> None:
-        if level is not None and level not in (0, 1, 2):
-            raise ValueError(
-                f"consistency level must be 0, 1, 2 or None, got {level!r}"
-            )
-        cls._level = level
+        set_defaults(consistency_level=level)
 
     @classmethod
     def get_consistency_level(cls) -> int | None:
-        return cls._level
+        return current_options().consistency_level
 
 
 def qconfig_for_level(qconfig: QConfig, level: int | None) -> QConfig:

@@ -65,6 +65,7 @@ from hbir.module import (
     ATTR_LEGACY_ROUND,
 )
 from hbir.quantization.fake_quantize import FakeQuantize
+from hbir.quantization.options import QuantOptions, using
 from hbir.quantization.pre_export import PreExportError, check_frozen
 from hbir.quantization.rounding import is_legacy_round
 from hbir.quantization.tracing import HbirTracer, source_location, user_frame
@@ -481,8 +482,12 @@ def export(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     stop_after: str | None = None,
+    options: QuantOptions | None = None,
 ) -> hbir.Module:
     """Translate a prepared (QAT) model into an ``hbir.Module`` (``qat.bc``).
+
+    ``options`` (``QuantOptions``): the rounding (``legacy_round``) and validation
+    mode the export records and traces with; by default the options in force.
 
     The model must be in eval mode with observers disabled
     (``FakeQuantState.VALIDATION``).
@@ -494,6 +499,11 @@ def export(
     the import alone, a pass name stops after that pass (as ``hbir-opt
     --compile-to=<pass>`` does).
     """
+    if options is not None:
+        with using(options):
+            return export(
+                model, example_inputs, name, input_names, output_names, stop_after
+            )
     inputs = _flatten_inputs(example_inputs)
     if isinstance(model, fx.GraphModule):
         gm = model

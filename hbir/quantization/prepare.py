@@ -32,7 +32,6 @@ from hbir.quantization import op_rules, stubs
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.check_result import Report, write_check_result, write_fx_graph
 from hbir.quantization.consistency import (
-    ConsistencyStrategy,
     model_flags,
     qconfig_for_level,
 )
@@ -40,6 +39,7 @@ from hbir.quantization.decompositions import Decomposition
 from hbir.quantization.dtypes import qint16
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.fusion import fuse
+from hbir.quantization.options import QuantOptions, current_options, using
 from hbir.quantization.qconfig import QConfig, QconfigSetter, as_setter
 from hbir.quantization.tracing import (
     HbirTracer,
@@ -65,14 +65,20 @@ def prepare(
     out_dir: str | os.PathLike = ".",
     *,
     qconfig_setter: QconfigSetter | None = None,
+    options: QuantOptions | None = None,
 ) -> fx.GraphModule:
     """Return the QAT version of ``model`` and write the two check files to ``out_dir``.
 
     ``qconfig`` is a ``QConfig`` for every layer or a ``QconfigSetter`` with overrides;
-    ``qconfig_setter=`` is the reference toolchain's name for it.
-    ``ConsistencyStrategy.set_consistency_level`` must be called before. The float
-    model is not modified.
+    ``qconfig_setter=`` is the reference toolchain's name for it. ``options``
+    (``QuantOptions``) give the consistency level and the rounding for this call;
+    by default the options in force (``ConsistencyStrategy.set_consistency_level``
+    and ``set_round_mode`` set them). The float model is not modified.
     """
+    if options is not None:
+        with using(options):
+            return prepare(model, example_inputs, qconfig, out_dir,
+                           qconfig_setter=qconfig_setter)  # fmt: skip
     if qconfig_setter is not None:
         if qconfig is not None:
             raise TypeError(
@@ -86,7 +92,7 @@ def prepare(
         x.clone() if isinstance(x, torch.Tensor) else x for x in example_inputs
     )
     setter = as_setter(qconfig)
-    level = ConsistencyStrategy.get_consistency_level()
+    level = current_options().consistency_level
     gm = trace(copy.deepcopy(model), example_inputs)
     record_values(gm, example_inputs)
     report = Report(level=level, rule_labels=setter.rule_labels())

@@ -43,6 +43,7 @@ from torch import nn
 from hbir.quantization.dtypes import qint32
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
 from hbir.quantization.observers import FixedScaleObserver
+from hbir.quantization.options import current_options, using
 from hbir.quantization.qconfig import QConfig
 from hbir.quantization.rounding import get_round_mode
 from hbir.runtime import numerics
@@ -145,9 +146,6 @@ def _frozen_grid(fq) -> tuple[tuple[float, ...], int] | None:
     return tuple(scales), bits
 
 
-_fixed_point_validation = True
-
-
 @contextlib.contextmanager
 def float_validation():
     """Evaluate VALIDATION with the float forward instead of the fixed-point one.
@@ -156,14 +154,11 @@ def float_validation():
     bit-identical to ``quantized.bc``: a near tie can flip one code and the flip
     grows with depth. For quick accuracy scans and for measuring what the
     fixed-point forward costs; export inside this block writes no ``qnt.exact``
-    marks, so ``qat.bc`` follows the float forward too.
+    marks, so ``qat.bc`` follows the float forward too. (A shim over the
+    quantization options: ``using(fixed_point_validation=False)``.)
     """
-    global _fixed_point_validation
-    before, _fixed_point_validation = _fixed_point_validation, False
-    try:
+    with using(fixed_point_validation=False):
         yield
-    finally:
-        _fixed_point_validation = before
 
 
 def _grids(module: QATModule, fqs, fq_w=None) -> numerics.Grids | None:
@@ -172,7 +167,9 @@ def _grids(module: QATModule, fqs, fq_w=None) -> numerics.Grids | None:
     (VALIDATION), per tensor except the weight, and the module is not at
     consistency level 2 (``exact``: float64 on power-of-two grids, exact
     already); else None, and the forward stays float."""
-    if module.exact or module.training or not fqs or not _fixed_point_validation:
+    if module.exact or module.training or not fqs:
+        return None
+    if not current_options().fixed_point_validation:
         return None
     grids = [_frozen_grid(fq) for fq in fqs]
     out = _frozen_grid(module.activation_post_process)

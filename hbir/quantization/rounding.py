@@ -1,4 +1,5 @@
-"""The global rounding mode of fake quantization.
+"""The rounding mode of fake quantization: the reference API's setter, a shim over
+the quantization options (``hbir/quantization/options.py``).
 
 Half-to-even is the default and is what ``torch.fake_quantize_per_*_affine`` computes.
 Half-up (``floor(x * fl32(1/s) + 0.5)``, the addition exact) is the legacy mode of
@@ -9,25 +10,19 @@ switches to the legacy mode, as the reference toolchain does.
 
 from __future__ import annotations
 
+from hbir.quantization.options import current_options, set_defaults
 from hbir.runtime import numerics
-
-_mode: str = numerics.HALF_EVEN
 
 
 def set_round_mode(mode: str) -> None:
     """Select ``"half_even"`` (default) or ``"half_up"`` (legacy) rounding."""
-    global _mode
-    if mode not in numerics.ROUNDING_MODES:
-        raise ValueError(
-            f"round mode must be one of {numerics.ROUNDING_MODES}, got {mode!r}"
-        )
-    _mode = str(mode)
+    set_defaults(rounding=str(mode) if isinstance(mode, str) else mode)
 
 
 def get_round_mode() -> str:
-    return _mode
+    return current_options().rounding
 
 
 def is_legacy_round() -> bool:
     """True when fake quantization rounds half up (export writes ``legacy_round``)."""
-    return _mode == numerics.HALF_UP
+    return current_options().rounding == numerics.HALF_UP
