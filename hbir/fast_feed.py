@@ -53,7 +53,7 @@ def _built(module: ModuleOp) -> _Built | None:
     from hbir.module import ATTR_MARCH
     from hbir.runtime.plan import Snapshot
 
-    if ATTR_MARCH not in module.attributes or _lowered(module):
+    if ATTR_MARCH not in module.attributes:
         return None
     hit = module.__dict__.get(_CACHE)
     key = _key(module)
@@ -65,10 +65,13 @@ def _built(module: ModuleOp) -> _Built | None:
     ):
         return hit
     snapshots = tuple(Snapshot.of(f) for f in functions)
-    try:
-        sims, reason = _compile(module), ""
-    except (HbirError, VerifyException) as e:
-        sims, reason = {}, f"compile refused the model: {str(e).splitlines()[0]}"
+    if _lowered(module):
+        sims, reason = {}, "npu ops already: a compiled program, run op by op"
+    else:
+        try:
+            sims, reason = _compile(module), ""
+        except (HbirError, VerifyException) as e:
+            sims, reason = {}, f"compile refused the model: {str(e).splitlines()[0]}"
     built = _Built(key, snapshots, sims, reason)
     module.__dict__[_CACHE] = built
     return built
@@ -121,5 +124,5 @@ def engine(module) -> str:
     interpreter's prepared plan), with the reason for a plan."""
     built = _built(module.module.op)
     if built is None:
-        return "plan (not quantized.bc: no march recorded, or npu ops already)"
+        return "plan (not a converted model: no march recorded)"
     return "npu" if built.functions else f"plan ({built.reason})"
