@@ -1,7 +1,7 @@
 """One spec per opcode: the npu dialect and the ``.hbm`` loader accept the same ops.
 
 For every opcode a valid npu op is built, then varied one thing at a time: the
-result's shape, each operand's and result's element type, each property (values
+result's shape, each operand's and result's element type and rank (rank 0, empty), each property (values
 dropped, added, negated, out of range, another kind). For every variant the npu
 dialect's verifier and the loader (the emitter's fields and constants, then
 ``hbm/verify.verify_instruction``: the generic checks and the opcode's rule) must
@@ -230,6 +230,14 @@ def _variants(opcode: str):
         for t in _retyped(a):
             yield f"operand {i} {t}", [*args[:i], t, *args[i + 1 :]], outs, props, None
     for t in _retyped(outs[0]):
+        yield f"result {t}", args, [t], props, None
+    for i, a in enumerate(args):  # rank 0 and empty tensors (hostile input)
+        for t in (TensorType(a.element_type, []), TensorType(a.element_type, [0])):
+            yield f"operand {i} {t}", [*args[:i], t, *args[i + 1 :]], outs, props, None
+    for t in (
+        TensorType(outs[0].element_type, []),
+        TensorType(outs[0].element_type, [0]),
+    ):
         yield f"result {t}", args, [t], props, None
     for name, attr in props.items():
         for v in _changed_values(attr):
