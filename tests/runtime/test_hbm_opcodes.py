@@ -1,8 +1,9 @@
 """One spec per opcode: the npu dialect and the ``.hbm`` loader accept the same ops.
 
 For every opcode a valid npu op is built, then varied one thing at a time: the
-result's shape, each operand's and result's element type and rank (rank 0, empty), each property (values
-dropped, added, negated, out of range, another kind). For every variant the npu
+result's shape, each operand's and result's element type and rank (rank 0,
+empty), each property (values dropped, added, negated, out of range, another
+kind). For every variant the npu
 dialect's verifier and the loader (the emitter's fields and constants, then
 ``hbm/verify.verify_instruction``: the generic checks and the opcode's rule) must
 agree. The base op must be accepted and every changed result shape refused, so
