@@ -40,9 +40,10 @@ def calibrated(name: str, tmp_path, level=None, qat_steps: int = 0):
     return qat, example
 
 
-def validated(model, inputs, out_dir, qconfig=None):
-    """``model`` prepared on ``inputs[0]``, calibrated on every input, in VALIDATION."""
-    qat = prepare(model.eval(), (inputs[0],), qconfig, out_dir=out_dir)
+def validated(model, inputs, out_dir, qconfig=None, options=None):
+    """``model`` prepared on ``inputs[0]`` (with ``options``), calibrated on every
+    input, in VALIDATION."""
+    qat = prepare(model.eval(), (inputs[0],), qconfig, out_dir=out_dir, options=options)
     set_fake_quantize(qat, FakeQuantState.CALIBRATION)
     with torch.no_grad():
         for x in inputs:

@@ -12,20 +12,17 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from zoo_stages import calibrated
+from zoo_stages import calibrated, validated
 
 from hbir.quantization import (
     ConsistencyStrategy,
     DeQuantStub,
-    FakeQuantState,
     QuantOptions,
     QuantStub,
     current_options,
     export,
     float_validation,
     get_round_mode,
-    prepare,
-    set_fake_quantize,
     set_round_mode,
     using,
 )
@@ -88,29 +85,18 @@ class _Net(nn.Module):
         return self.dequant(torch.relu(self.conv(self.quant(x))))
 
 
-def _validated(qat, inputs):
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for x in inputs:
-            qat(x)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
-    return qat
-
-
 def test_prepare_and_export_take_options_for_one_call(tmp_path):
     torch.manual_seed(0)
     model, inputs = _Net().eval(), [torch.randn(1, 3, 6, 6) for _ in range(3)]
-    explicit = prepare(model, inputs[0], out_dir=tmp_path, options=QuantOptions(
-        consistency_level=2
-    ))  # fmt: skip
+    level2 = QuantOptions(consistency_level=2)
+    explicit = validated(model, inputs, tmp_path, options=level2)
     assert current_options() == QuantOptions()  # the defaults untouched
     ConsistencyStrategy.set_consistency_level(2)
     try:
-        shimmed = prepare(model, inputs[0], out_dir=tmp_path)
+        shimmed = validated(model, inputs, tmp_path)
     finally:
         ConsistencyStrategy.set_consistency_level(None)
     assert explicit._consistency_level == shimmed._consistency_level == 2
-    explicit, shimmed = _validated(explicit, inputs), _validated(shimmed, inputs)
     half_up = QuantOptions(rounding="half_up")
     a = export(explicit, (inputs[0],), options=half_up)
     assert a._legacy_round and current_options() == QuantOptions()
