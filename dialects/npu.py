@@ -197,9 +197,13 @@ class OpcodeOp(IRDLOperation):
     dialect's defaults resolved: what the emitter writes and the kernels read),
     and the op verifies exactly when that instruction would load."""
 
+    def mnemonic(self) -> str:
+        """The opcode's name: the op's, but for a table lookup's two forms."""
+        return self.name.removeprefix("npu.")
+
     def opcode_fields(self) -> tuple[str, dict]:
-        """(mnemonic, fields); an instruction without fields is named as its op."""
-        return self.name.removeprefix("npu."), {}
+        """(mnemonic, fields); an instruction without fields has none."""
+        return self.mnemonic(), {}
 
     def verify_(self) -> None:
         from hbir.runtime.hbm_opcodes import check_values
@@ -503,6 +507,9 @@ class LutOp(LutProperties, MapOp):
     """
 
     name = "npu.lut"
+
+    def mnemonic(self) -> str:
+        return "lut" if self.table is not None else "lut_segmented"
 
     def opcode_fields(self) -> tuple[str, dict]:
         if self.table is not None:
@@ -824,22 +831,13 @@ def aligned_bytes(t: Attribute, channel_align: int = 1) -> int:
     return n * element_bytes(t)
 
 
-# Ops that compute in SRAM (their operands and results form a working set).
 def is_compute(op) -> bool:
-    return isinstance(
-        op,
-        ConvOp
-        | ConvTransposeOp
-        | GemmOp
-        | EltwiseOp
-        | RescaleOp
-        | CastOp
-        | LutOp
-        | ReduceOp
-        | PoolOp
-        | ResizeOp
-        | TransposeOp,
-    )
+    """The op computes in SRAM (its operands and results form a working set): its
+    opcode runs on a compute unit (``hbm_opcodes.COMPUTE_UNITS``), not a view, a
+    DMA copy or the CPU."""
+    from hbir.runtime.hbm_opcodes import BY_NAME, COMPUTE_UNITS
+
+    return isinstance(op, OpcodeOp) and BY_NAME[op.mnemonic()].unit in COMPUTE_UNITS
 
 
 def working_set(op, channel_align: int = 1) -> int:

@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from hbir.runtime.hbm_program import Buffer, FunctionCode, Instruction
 
 KINDS = ("i64", "i64[]", "f64", "f64[]", "str", "bool", "buffer")
+# The units that compute, in SRAM; "view", "dma" and "cpu" instructions do not.
+COMPUTE_UNITS = ("tae", "vae", "aae", "dte")
 NONE = -1  # an absent ``buffer`` or optional ``i64`` field
 
 Check = Callable[["Instruction", "FunctionCode"], "str | None"]
