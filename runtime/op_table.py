@@ -277,6 +277,14 @@ OPS: tuple[OpEntry, ...] = (
         + ("F.pixel_unshuffle",),
         PASSTHROUGH,
     ),
+    # ShuffleNet's: ``[N, g * c, ...]`` viewed as ``[N, g, c, ...]``, g and c swapped
+    OpEntry(
+        "channel_shuffle",
+        "hbir.transpose",
+        MOVE,
+        ("nn.ChannelShuffle", "F.channel_shuffle"),
+        PASSTHROUGH,
+    ),
     # ``roll``: two slices and a concat; ``repeat`` / ``expand`` / ``tile``: a concat
     # of copies
     OpEntry("roll", "hbir.concat", MOVE, ("torch.roll", "Tensor.roll"), PASSTHROUGH),

@@ -647,6 +647,22 @@ def _flip(ex: Exporter, node: fx.Node):
     return ex.emit(hb.FlipOp(x, dims)) if dims else x
 
 
+def _channel_shuffle(ex: Exporter, node: fx.Node):
+    """``channel_shuffle(x, g)``: ``[N, g * c, *rest]`` as ``[N, g, c, *rest]``, the
+    two group dims transposed, viewed back as ``[N, c * g, *rest]``."""
+    x = ex.tensor(node.args[0])
+    if node.op == "call_module":
+        groups = _module(ex, node).groups
+    else:
+        groups = _arg(node, 1, "groups")
+    n, channels, *rest = hb.shape_of(x)
+    y = _reshaped(ex, x, (n, groups, channels // groups, *rest))
+    perm = (0, 2, 1, *range(3, 3 + len(rest)))
+    if groups > 1:
+        y = ex.emit(hb.TransposeOp(y, perm))
+    return _reshaped(ex, y, ex.recorded_shape(node))
+
+
 def _repeat_interleave(ex: Exporter, node: fx.Node):
     """``repeat_interleave(r, dim)``: a dim of size 1 after ``dim``, ``r`` copies
     concatenated along it, viewed as the result."""
@@ -785,6 +801,7 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "repeat": _repeat,
     "pixel_shuffle": _pixel_shuffle,
     "repeat_interleave": _repeat_interleave,
+    "channel_shuffle": _channel_shuffle,
 }
 _SPELLING_IMPORTERS: dict[str, Builder] = {
     "operator.getitem": _getitem,

@@ -244,6 +244,8 @@ SAMPLES = {
     "Tensor.flip": _x4(lambda m, x: x.flip(-1)),
     "torch.roll": _x4(lambda m, x: torch.roll(x, (1, -2), (2, 3))),
     "Tensor.roll": _x4(lambda m, x: x.roll(3, 1)),
+    "nn.ChannelShuffle": _x4(lambda m, x: m.op(x)),
+    "F.channel_shuffle": (lambda m, x: F.channel_shuffle(x, 3), (1, 6, 2, 3)),
     "nn.PixelShuffle": _x4(lambda m, x: m.op(x)),
     "nn.PixelUnshuffle": (lambda m, x: m.op(x), (1, 2, 4, 6)),
     "F.pixel_shuffle": (lambda m, x: F.pixel_shuffle(x, 3), (1, 2, 9, 3, 2)),
@@ -292,6 +294,7 @@ MODULES = {
     "nn.Hardtanh": lambda: nn.Hardtanh(-0.5, 1.0),
     "nn.GELU": lambda: nn.GELU("tanh"),
     "nn.PixelShuffle": lambda: nn.PixelShuffle(2),
+    "nn.ChannelShuffle": lambda: nn.ChannelShuffle(2),
     "nn.PixelUnshuffle": lambda: nn.PixelUnshuffle(2),
 }
 
