@@ -21,6 +21,7 @@ program already lowered to the npu dialect) run as the prepared plan, and
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
@@ -108,7 +109,10 @@ def _compile(module: ModuleOp) -> dict:
 
     program = emit(compiled, source)
     verify.verify_program(program, fail, islands=False)  # (HbmFunction parses them)
-    return {code.name: HbmFunction(code)._sim for code in program.functions}
+    sims = {code.name: HbmFunction(code)._sim for code in program.functions}
+    for sim in sims.values():
+        sim.lock = threading.Lock()
+    return sims
 
 
 def simulator(module: ModuleOp, name: str):
@@ -116,6 +120,21 @@ def simulator(module: ModuleOp, name: str):
     ``module``, or None where it runs as the prepared plan."""
     built = _built(module)
     return None if built is None else built.functions.get(name)
+
+
+def run(module: ModuleOp, name: str, arrays: list) -> list | None:
+    """The outputs of function ``name`` of ``module`` for ``arrays`` (checked
+    inputs) by its compiled program, or None where the prepared plan runs it:
+    not a converted model, one compile refused, or a program already running in
+    another thread (the simulator's memories are one per function; the plan
+    computes the same numbers meanwhile)."""
+    sim = simulator(module, name)
+    if sim is None or not sim.lock.acquire(blocking=False):
+        return None
+    try:
+        return sim.run(arrays)  # (fresh arrays)
+    finally:
+        sim.lock.release()
 
 
 def engine(module) -> str:

@@ -286,13 +286,13 @@ class Function:
     def _run(
         self, arrays: list[np.ndarray], on_op, reference: bool = False
     ) -> list[np.ndarray]:
-        from hbir.fast_feed import simulator
+        from hbir import fast_feed
         from hbir.runtime.interpreter import run_function
 
-        fast = on_op is None and not reference
-        sim = simulator(self._module._op, self.name) if fast else None
-        if sim is not None:  # quantized.bc: its compiled program (hbir/fast_feed.py)
-            return sim.run(arrays)  # (fresh arrays)
+        if on_op is None and not reference:  # quantized.bc: its compiled program
+            results = fast_feed.run(self._module._op, self.name, arrays)
+            if results is not None:
+                return results
         results = run_function(
             self.op, arrays, rounding=self._module.rounding, on_op=on_op
         )

@@ -112,3 +112,32 @@ def test_everyday_ops_reach_a_bit_identical_model_hbm(name, tmp_path):
             for w, g in zip(want, got, strict=True):
                 assert w.dtype == g.dtype and w.shape == g.shape
                 assert w.tobytes() == g.tobytes(), f"{name}: {engine} differs"
+
+
+def test_feeds_of_one_model_from_several_threads_are_right(tmp_path):
+    """The compiled program's memories are one per function: a feed while another
+    thread's runs takes the prepared plan (the same numbers), never the arenas."""
+    import threading
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(1, 3, 8, 6) for _ in range(8)]
+    qat = validated(GRAPHS["fpn-bilinear"](), inputs, tmp_path)
+    quantized = hbir.convert(export(qat, (inputs[0],)), "nash-e")
+    f = quantized[0]
+    want = [_outputs(f.feed({"_input_0": x.numpy()}, reference=True)) for x in inputs]
+    got: dict[int, list] = {}
+
+    def work(i: int) -> None:
+        for _ in range(5):
+            got.setdefault(i, []).append(
+                _outputs(f.feed({"_input_0": inputs[i].numpy()}))
+            )
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, runs in got.items():
+        for outs in runs:
+            assert [o.tobytes() for o in outs] == [w.tobytes() for w in want[i]]
