@@ -21,7 +21,6 @@ program already lowered to the npu dialect) run as the prepared plan, and
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
@@ -109,10 +108,7 @@ def _compile(module: ModuleOp) -> dict:
 
     program = emit(compiled, source)
     verify.verify_program(program, fail, islands=False)  # (HbmFunction parses them)
-    sims = {code.name: HbmFunction(code)._sim for code in program.functions}
-    for sim in sims.values():
-        sim.lock = threading.Lock()
-    return sims
+    return {code.name: HbmFunction(code)._sim for code in program.functions}
 
 
 def simulator(module: ModuleOp, name: str):

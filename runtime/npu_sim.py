@@ -36,6 +36,7 @@ A simulator is not thread-safe (its arenas are its state).
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -199,6 +200,8 @@ class FunctionSim:
         the model's rounding mode (parsing HBIR text is the model API's)."""
         self.code = code
         self.islands = islands
+        # One run at a time: the memories below are the function's only ones.
+        self.lock = threading.Lock()
         for space, size in (
             ("ddr", code.ddr_peak_bytes),
             ("sram", code.sram_peak_bytes),

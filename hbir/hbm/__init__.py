@@ -112,7 +112,8 @@ class HbmFunction:
         from hbir.module import Outputs
 
         arrays = self._check_inputs(inputs)
-        results = self._sim.run(arrays, on_instruction)
+        with self._sim.lock:  # (one run at a time: the simulator's memories)
+            results = self._sim.run(arrays, on_instruction)
         return Outputs(zip((d.name for d in self.outputs), results, strict=True))
 
     def __call__(self, *arrays: Any):
