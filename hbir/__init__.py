@@ -10,6 +10,7 @@ import types
 from hbir.errors import (
     HbirError,
     HbirFileError,
+    HbirOutputError,
     HbirParseError,
     HbirVerifyError,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "ModelTypeError",
     "HbirError",
     "HbirFileError",
+    "HbirOutputError",
     "HbirParseError",
     "HbirVerifyError",
     "Hbm",

@@ -32,6 +32,10 @@ def compile_passes(march: str, opt: int = 2, stop: str | None = None):
     from hbir.passes import get_all_passes
     from hbir.passes.pipelines import pipeline_up_to
 
+    if isinstance(opt, bool) or opt not in (0, 1, 2):
+        raise diagnostics.HbirError(
+            f"hbir.compile: opt must be 0 (no fusion), 1 or 2, got {opt!r}"
+        )
     specs = dict(pipeline_up_to(stop or "compile", march))["compile"]
     if opt < 1:  # opt 0: no fusion (each requantization its own op)
         specs = [s for s in specs if not s.startswith("npu-fuse")]

@@ -36,3 +36,12 @@ class HbirOpError(HbirError):
 
     def at(self, where: str) -> str:
         return f"{where}: error: '{self.op.name}' op {self.what}"
+
+
+class HbirOutputError(HbirError, OSError):
+    """A file the tools were asked to write cannot be written (a missing folder,
+    a file where a folder should be, a name too long, no permission)."""
+
+    def __init__(self, path, what: str, e: OSError):
+        self.path = str(path)
+        super().__init__(f"{self.path}: cannot write {what}: {e.strerror or e}")

@@ -35,6 +35,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from hbir.errors import HbirOutputError
 from hbir.hbm import verify
 from hbir.hbm.errors import HbmFormatError
 from hbir.runtime.hbm_opcodes import BY_NUMBER
@@ -269,8 +270,11 @@ def to_bytes(program: Program) -> bytes:
 def write(program: Program, path: str | os.PathLike) -> None:
     """Write ``program`` as a ``.hbm`` file."""
     data = to_bytes(program)
-    with open(path, "wb") as f:
-        f.write(data)
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise HbirOutputError(path, "the model.hbm file", e) from None
 
 
 # ------------------------------------------------------------------ reading

@@ -14,11 +14,12 @@ import copy
 
 from torch import nn
 
+from hbir.errors import HbirError
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.lut_modules import LutModule
 
 
-class PreExportError(ValueError):
+class PreExportError(HbirError, ValueError):
     """A model that is not ready for pre_export (train mode, observers on)."""
 
 

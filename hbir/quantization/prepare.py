@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx, nn
 
+from hbir.errors import HbirOutputError
 from hbir.quantization import op_rules, stubs
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.check_result import Report, write_check_result, write_fx_graph
@@ -104,11 +105,14 @@ def prepare(
     for key, value in model_flags(level).items():
         setattr(qat_model, key, value)
     _dry_run(qat_model, example_inputs)
-    os.makedirs(out_dir, exist_ok=True)
-    write_check_result(
-        os.path.join(out_dir, "model_check_result.txt"), qat_model, report
-    )
-    write_fx_graph(os.path.join(out_dir, "fx_graph.txt"), qat_model)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        write_check_result(
+            os.path.join(out_dir, "model_check_result.txt"), qat_model, report
+        )
+        write_fx_graph(os.path.join(out_dir, "fx_graph.txt"), qat_model)
+    except OSError as e:
+        raise HbirOutputError(out_dir, "prepare's check files (out_dir=)", e) from None
     return qat_model
 
 

@@ -26,13 +26,14 @@ from torch import fx, nn
 from torch.fx import _symbolic_trace
 from torch.fx.node import _get_qualified_name
 
+from hbir.errors import HbirError
 from hbir.quantization import stubs
 from hbir.quantization.decompositions import Decomposition
 from hbir.quantization.op_rules import TRACED_THROUGH, module_rule
 from hbir.quantization.qat_modules import DeQuantStub, QATModule
 
 
-class PrepareError(Exception):
+class PrepareError(HbirError):
     """A model ``prepare`` cannot handle; the message names the op and source line."""
 
 

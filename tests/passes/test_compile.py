@@ -361,3 +361,13 @@ def test_the_npu_module_saves_as_bc(tmp_path, tmp_path_factory):
         )
     unfused = lower_to_npu(quantized, march="nash-e", opt=0)
     assert "npu.rescale" in _names(unfused)
+
+
+def test_a_wrong_opt_and_an_unwritable_path_are_located_errors(tmp_path_factory):
+    quantized, _, _ = _stages("digits", tmp_path_factory)
+    for opt in (99, -1, True):
+        with pytest.raises(hbir.HbirError, match="opt must be 0"):
+            hbir.compile(quantized, None, "nash-e", opt=opt)
+    missing = tmp_path_factory.mktemp("out") / "no_such_folder" / "model.hbm"
+    with pytest.raises(hbir.HbirOutputError, match="no_such_folder/model.hbm: cannot"):
+        hbir.compile(quantized, missing, "nash-e")

@@ -6,6 +6,7 @@ import zoo
 from lut_reference import exact_apply
 from zoo_stages import calibrated
 
+import hbir
 from hbir.quantization import FakeQuantState, set_fake_quantize
 from hbir.quantization import lut_modules as lut
 from hbir.quantization.pre_export import PreExportError, pre_export
@@ -127,6 +128,7 @@ def test_refuses_train_mode_and_observers(tmp_path):
     set_fake_quantize(qat, FakeQuantState.CALIBRATION)
     with pytest.raises(PreExportError, match="observer enabled"):
         pre_export(qat)
+    assert issubclass(PreExportError, hbir.HbirError)  # one family of user errors
 
 
 def test_zoo_models_expose_lut_modules():

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+import hbir
 from hbir.quantization import (
     DeQuantStub,
     FakeQuantState,
@@ -532,3 +533,23 @@ def test_dividing_by_a_size_is_a_located_error(tmp_path):
     with pytest.raises(UnsupportedOpError, match="computed from sizes") as info:
         _prepare(model, (torch.randn(2, 4),), tmp_path)
     assert "test_prepare.py" in str(info.value)
+
+
+def test_prepare_errors_are_hbir_errors_and_a_bad_out_dir_is_one(tmp_path):
+    """prepare's own errors belong to the one family of user errors; an out_dir
+    that is a file is a one-line error naming it, not a raw OSError."""
+    assert issubclass(PrepareError, hbir.HbirError)
+    assert issubclass(UnsupportedOpError, hbir.HbirError)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = QuantStub(), DeQuantStub()
+
+        def forward(self, x):
+            return self.dequant(torch.relu(self.quant(x)))
+
+    with pytest.raises(hbir.HbirOutputError, match=r"a_file: cannot write prepare"):
+        prepare(Net(), torch.randn(1, 4), out_dir=blocker)
