@@ -14,6 +14,8 @@ when its IR changes (the test of ``runtime/plan.py``'s ``Snapshot``). A model th
 compile phase refuses (one with fake quantization left, or an integer op no npu
 rule takes and the op table places nowhere) runs as the interpreter's prepared
 plan instead: the same numbers, more slowly; :func:`engine` says which and why.
+Should the compile phase itself fail (a compiler bug), feed warns and runs the
+plan too.
 Other models (``qat.bc``, float models, hand-written IR without a march, a
 program already lowered to the npu dialect) run as the prepared plan, and
 ``feed(..., reference=True)`` runs any model as the interpreter defines it.
@@ -21,6 +23,7 @@ program already lowered to the npu dialect) run as the prepared plan, and
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
@@ -72,6 +75,14 @@ def _built(module: ModuleOp) -> _Built | None:
             sims, reason = _compile(module), ""
         except (HbirError, VerifyException) as e:
             sims, reason = {}, f"compile refused the model: {str(e).splitlines()[0]}"
+        except Exception as e:  # a compiler bug: feed still gives the numbers
+            sims = {}
+            reason = f"compile failed (a compiler bug): {type(e).__name__}: {e}"
+            warnings.warn(
+                f"quantized.bc runs as the prepared plan: {reason}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
     built = _Built(key, snapshots, sims, reason)
     module.__dict__[_CACHE] = built
     return built

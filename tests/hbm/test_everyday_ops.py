@@ -141,3 +141,26 @@ def test_feeds_of_one_model_from_several_threads_are_right(tmp_path):
     for i, runs in got.items():
         for outs in runs:
             assert [o.tobytes() for o in outs] == [w.tobytes() for w in want[i]]
+
+
+def test_a_compiler_bug_leaves_feed_working_and_says_so(tmp_path, monkeypatch):
+    """quantized.bc's feed runs its compiled program; should compiling crash, feed
+    warns, names the cause in ``fast_feed.engine`` and runs the prepared plan."""
+    from hbir import fast_feed
+    from hbir.passes import npu_layout
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(1, 3, 8, 6) for _ in range(2)]
+    qat = validated(GRAPHS["cat-self"](), inputs, tmp_path)
+    quantized = hbir.convert(export(qat, (inputs[0],)), "nash-e")
+
+    def crash(f):
+        raise KeyError("planted")
+
+    monkeypatch.setattr(npu_layout, "layout_function", crash)
+    feed = {"_input_0": inputs[0].numpy()}
+    with pytest.warns(RuntimeWarning, match="compiler bug.*KeyError"):
+        got = quantized[0].feed(feed)
+    assert fast_feed.engine(quantized).startswith("plan (compile failed")
+    want = quantized[0].feed(feed, reference=True)
+    assert got["_output_0"].tobytes() == want["_output_0"].tobytes()
