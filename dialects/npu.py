@@ -35,6 +35,7 @@ bit for bit with ``quantized.bc``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
@@ -182,12 +183,17 @@ def _in_rank(d: int, rank: int) -> int:
 
 
 def _value(v: SSAValue) -> tuple[tuple[int, ...], str]:
-    from hbir.dialects.hbir import numpy_dtype
-
     t = v.type
     if not isinstance(t, TensorType):
         raise VerifyException(f"expected a tensor, got {t}")
-    return tuple(t.get_shape()), numpy_dtype(t.element_type).name
+    return tuple(t.get_shape()), _dtype_name(t.element_type)
+
+
+@functools.cache
+def _dtype_name(element: Attribute) -> str:
+    from hbir.dialects.hbir import numpy_dtype
+
+    return numpy_dtype(element).name
 
 
 class OpcodeOp(IRDLOperation):

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -487,6 +487,10 @@ def check(ins: Instruction, code: FunctionCode) -> str | None:
     op = BY_NUMBER[ins.opcode]
     if any(code.buffers[r].space == "const" for r in ins.results):
         return f"{op.name}: writes a const buffer (constants are read-only)"
+    return _rule(op, ins, code)
+
+
+def _rule(op: Opcode, ins, code) -> str | None:
     if op.check is None:
         return None
     try:
@@ -496,6 +500,21 @@ def check(ins: Instruction, code: FunctionCode) -> str | None:
     except (KeyError, IndexError, TypeError, ValueError) as e:
         return f"{op.name}: malformed instruction ({type(e).__name__}: {e})"
     return None
+
+
+class _Value(NamedTuple):
+    """What a rule reads of a Buffer, for a value of the npu dialect."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    space: str = "sram"
+
+
+class _Values:
+    """One instruction on values, as the rules read an instruction and its
+    function (``ins.operands``, ``code.buffers[...]``, ``code.constants``)."""
+
+    __slots__ = ("operands", "results", "fields", "buffers", "constants", "islands")
 
 
 def check_values(
@@ -509,8 +528,6 @@ def check_values(
     ``buffer`` fields as integer arrays (None: none). The npu dialect's
     verifier is this call, so an op verifies exactly when its instruction
     would load (``tests/runtime/test_hbm_opcodes.py`` checks it per opcode)."""
-    from hbir.runtime.hbm_program import Buffer, FunctionCode, Instruction
-
     op = BY_NAME[name]
     for what, values, want in (
         ("operands", operands, op.operands),
@@ -518,26 +535,23 @@ def check_values(
     ):
         if want is not None and len(values) != want:
             return f"{name}: takes {want} {what}, got {len(values)}"
-    buffers: dict[int, Buffer] = {}
-    constants: dict[int, np.ndarray] = {}
-
-    def add(shape, dtype: str, space: str = "sram") -> int:
-        i = len(buffers)
-        buffers[i] = Buffer(i, space, 0, 0, tuple(shape), dtype)
-        return i
-
-    args = tuple(add(*v) for v in operands)
-    outs = tuple(add(*v) for v in results)
-    given = {}
+    v = _Values()
+    v.buffers = [_Value(*value) for value in (*operands, *results)]
+    v.operands = range(len(operands))
+    v.results = range(len(operands), len(v.buffers))
+    v.constants, v.islands, v.fields = {}, (), {}
     for field, kind in op.fields:
         value = fields[field]
-        if kind == "buffer" and value is not None:
-            array = np.asarray(value)
-            value = add(array.shape, array.dtype.name, "const")
-            constants[value] = array
-        given[field] = NONE if value is None else value
-    code = FunctionCode(name, (), (), buffers, (), (), [], [], constants)
-    return check(Instruction(op.number, args, outs, given, op.unit), code)
+        if kind == "buffer":
+            if value is None:
+                value = NONE
+            else:
+                array = np.asarray(value)
+                v.buffers.append(_Value(array.shape, array.dtype.name, "const"))
+                value = len(v.buffers) - 1
+                v.constants[value] = array
+        v.fields[field] = value
+    return _rule(op, v, v)
 
 
 # ------------------------------------------------------------------ the table
