@@ -91,12 +91,15 @@ def test_the_loader_names_the_instruction_that_reads_unwritten_bytes(
 ):
     _, _, hbm, _ = compile_models.compiled("digits", tmp_path_factory)
     fn = hbm.program.functions[0]
-    reader = next(i for i, ins in enumerate(fn.instructions) if i and ins.operands)
-    code = fn.instructions[: reader - 1] + fn.instructions[reader:]
-    debug = fn.debug[: reader - 1] + fn.debug[reader:]
-    mutated = dataclasses.replace(fn, instructions=code, debug=debug)
-    if not _reads_before_writes(mutated):
-        pytest.skip("removing that instruction leaves every read written")
+    removals = (
+        dataclasses.replace(
+            fn,
+            instructions=fn.instructions[:i] + fn.instructions[i + 1 :],
+            debug=fn.debug[:i] + fn.debug[i + 1 :],
+        )
+        for i in range(len(fn.instructions))
+    )  # the first instruction whose removal leaves a read before its write
+    mutated = next(m for m in removals if _reads_before_writes(m))
     program = dataclasses.replace(hbm.program, functions=[mutated])
     with pytest.raises(HbmFormatError, match="before anything wrote it"):
         container.from_bytes(unchecked_bytes(program))
