@@ -53,6 +53,7 @@ def lower_to_npu(
     opt: int = 2,
     progress_bar: bool = False,
     time_passes: bool = False,
+    verify_passes: bool = True,
 ) -> Module:
     """The compile phase on a clone of ``quantized.bc``: the npu-dialect module
     (layout, fusion, tiles, DMA schedule and memory plan all in the IR;
@@ -62,7 +63,8 @@ def lower_to_npu(
     ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
     each pass's time to it. A model with fake quantization (qat.bc) is refused:
-    convert it first.
+    convert it first. ``verify_passes=False`` skips the verification after each
+    pass (``hbir/fast_feed.py``, whose program the loader's rules verify).
     """
     from hbir.passes.march import UnknownMarchError, get_march
 
@@ -86,7 +88,7 @@ def lower_to_npu(
             took = f" ({ran:.3f} s + verify {checked:.3f} s)" if time_passes else ""
             print(f"compile [{i + 1}/{len(passes)}] {name}{took}", file=sys.stderr)
 
-    run_passes(compiled, passes, report)
+    run_passes(compiled, passes, report, verify=verify_passes)
     return compiled
 
 
@@ -99,6 +101,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
     debug: bool = False,
     progress_bar: bool = False,
     time_passes: bool = False,
+    verify_passes: bool = True,
 ) -> Hbm:
     """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m") into an
     :class:`~hbir.hbm.Hbm`, written to ``path`` (a ``.hbm`` file) unless it is
@@ -112,7 +115,8 @@ def compile(  # noqa: A001 - the reference toolchain's name
     ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
     ``jobs`` and ``debug`` are accepted for the reference signature and unused.
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
-    each pass's time to it.
+    each pass's time to it; ``verify_passes=False`` skips the IR verification
+    after each pass (the emitted program is verified all the same).
     """
     from hbir.hbm import Hbm, container, verify
     from hbir.hbm.emit import emit
@@ -121,7 +125,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
         raise diagnostics.HbirError(
             f"hbir.compile: {os.fspath(path)}: the compiled model file ends in .hbm"
         )
-    compiled = lower_to_npu(m, march, opt, progress_bar, time_passes)
+    compiled = lower_to_npu(m, march, opt, progress_bar, time_passes, verify_passes)
     program = emit(compiled, m)
     if path is None:
 
@@ -134,11 +138,12 @@ def compile(  # noqa: A001 - the reference toolchain's name
     return Hbm(program, os.fspath(path))
 
 
-def run_passes(module: Module, passes, on_pass=None) -> None:
+def run_passes(module: Module, passes, on_pass=None, verify: bool = True) -> None:
     """Apply ``passes`` in order, verifying after each: xDSL's verifier (every op's
     own rules) and the SRAM verifier; the first failure is re-raised as a located
     error. The model API's stricter checks (``diagnostics.verify``) run once at
-    the end. ``on_pass(index, name, pass seconds, verify seconds)``."""
+    the end. ``on_pass(index, name, pass seconds, verify seconds)``.
+    ``verify=False``: the passes alone."""
     from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
     from hbir.dialects.npu import verify_sram
@@ -148,6 +153,8 @@ def run_passes(module: Module, passes, on_pass=None) -> None:
         started = time.perf_counter()
         p.apply(ctx, op)
         ran = time.perf_counter() - started
+        if not verify:
+            continue
         started = time.perf_counter()
         try:
             op.verify()
@@ -160,4 +167,5 @@ def run_passes(module: Module, passes, on_pass=None) -> None:
             raise diagnostics.HbirError(f"after pass '{p.name}': error: {e}") from None
         if on_pass is not None:
             on_pass(i, p.name, ran, time.perf_counter() - started)
-    diagnostics.verify(op, filename="after compile")
+    if verify:
+        diagnostics.verify(op, filename="after compile")

@@ -100,26 +100,15 @@ def _lowered(module: ModuleOp) -> bool:
 
 
 def _compile(module: ModuleOp) -> dict:
-    """The compile phase on a clone, emitted and verified as the loader verifies a
-    file; each function prepared for the simulator."""
-    from hbir.compile import compile_passes
-    from hbir.dialects import make_context
-    from hbir.hbm import HbmFunction, verify
-    from hbir.hbm.emit import emit
+    """``hbir.compile`` in memory (no per-pass IR verification: the emitted
+    program is verified as the loader verifies a file); each function's
+    simulator, prepared."""
+    from hbir.compile import compile as compile_model
     from hbir.module import Module
 
     source = Module(module)
-    compiled = source.clone()
-    ctx, op = make_context(), compiled.module.op
-    for p in compile_passes(source.march):
-        p.apply(ctx, op)
-
-    def fail(place: tuple, what: str):
-        raise HbirError(f"the compiled program's {place}: {what}")
-
-    program = emit(compiled, source)
-    verify.verify_program(program, fail, islands=False)  # (HbmFunction parses them)
-    return {code.name: HbmFunction(code)._sim for code in program.functions}
+    hbm = compile_model(source, None, source.march, verify_passes=False)
+    return {f.name: f._sim for f in hbm.functions}
 
 
 def simulator(module: ModuleOp, name: str):
