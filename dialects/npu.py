@@ -164,8 +164,6 @@ def absorb(new: Operation, replaced: Operation, absorbed: Sequence[Operation]) -
 
 # ------------------------------------------------------------------ the opcode spec
 
-_NONE = -1  # hbm_opcodes.NONE: an absent buffer or optional i64 field
-
 
 def _array(attr: DenseArrayBase | None):
     """A ``buffer``-kind field's value: an int64 array, or None."""
@@ -251,15 +249,14 @@ class PostProcessOp(OpcodeOp):
     def channel_axis(self) -> int:
         return -1
 
-    def channels(self) -> int:
-        return shape_of(self.results[0])[self.channel_axis()]
-
     def has_post(self) -> bool:
         return self.multiplier is not None
 
     def post_fields(self) -> dict:
         """The post-process as the opcode spells it (``hbm_opcodes.POST``): the
-        defaults resolved, ``clip`` the result range narrowed by ``clip``."""
+        defaults resolved, ``clip`` the op's or else the result type's range."""
+        from hbir.runtime.hbm_opcodes import NONE
+
         element = tensor_type(self.results[0]).element_type
         # (a result that is no integer: the spec refuses it, whatever the width)
         width = element.width.data if isinstance(element, IntegerType) else 32
@@ -276,7 +273,7 @@ class PostProcessOp(OpcodeOp):
         rank = len(shape_of(self.results[0]))
         return {
             "acc_bits": acc,
-            "pre_shift": _NONE if self.pre_shift is None else self.pre_shift.value.data,
+            "pre_shift": NONE if self.pre_shift is None else self.pre_shift.value.data,
             "multiplier": _array(self.multiplier),
             "shift": _array(self.shift),
             "rounding": self.rounding.data,
@@ -521,7 +518,7 @@ class LutOp(LutProperties, MapOp):
         if self.table is not None:
             from hbir.dialects.hbir import dense_array
 
-            return "lut", {"table": dense_array(self.table).astype("int64")}
+            return self.mnemonic(), {"table": dense_array(self.table).astype("int64")}
         names = ("function", "kind", "rounding", "in_scale", "out_scale")
         missing = [n for n in (*names, *self._INT_FIELDS) if getattr(self, n) is None]
         if missing:
@@ -537,7 +534,7 @@ class LutOp(LutProperties, MapOp):
             f[name] = getattr(self, name).value.data
         for name in self._ARRAY_FIELDS:
             f[name] = _array(getattr(self, name))
-        return "lut_segmented", f
+        return self.mnemonic(), f
 
 
 @irdl_op_definition
@@ -636,12 +633,14 @@ class ResizeOp(MapOp):
     weight_bits = opt_prop_def(IntegerAttr[I64])
 
     def opcode_fields(self) -> tuple[str, dict]:
+        from hbir.runtime.hbm_opcodes import NONE
+
         return "resize", {
             "size": _values(self.size),
             "mode": self.mode.data,
             "align_corners": bool(self.align_corners.value.data),
             "scale": () if self.scale is None else tuple(self.scale.get_values()),
-            "weight_bits": _NONE
+            "weight_bits": NONE
             if self.weight_bits is None
             else self.weight_bits.value.data,
         }

@@ -357,14 +357,14 @@ def constant(values, element) -> npu.ConstantOp:
 
 def _pad(op: hbir.PadOp):
     """Negative amounts crop (a slice); the others concatenate blocks of the
-    fill code (the value rounded half to even, saturated: as the interpreter)."""
+    fill code (``numerics.pad_code``: as the interpreter pads)."""
     import numpy as np
 
     from hbir.dialects.hbir import numpy_dtype
+    from hbir.runtime.numerics import pad_code
 
     element = op.input.type.element_type
-    info = np.iinfo(numpy_dtype(element))
-    fill = min(max(round(op.value.value.data), int(info.min)), int(info.max))
+    fill = pad_code(op.value.value.data, numpy_dtype(element))
     low, high = op.low.get_values(), op.high.get_values()
     shape = list(shape_of(op.input))
     new: list[Operation] = []

@@ -618,8 +618,7 @@ def _pad(op: hbir.PadOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     widths = [(max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high, strict=True)]
     value = op.value.value.data
     if not _is_float(x):
-        lo, hi = code_range(_element(op.input))
-        value = min(max(round(value), lo), hi)
+        value = numerics.pad_code(value, x.dtype)
     y = np.pad(x[crop], widths, constant_values=value)
     return (_float_out(op, y) if _is_float(x) else y,)
 

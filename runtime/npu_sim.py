@@ -187,11 +187,6 @@ def _minus(spans: list[tuple[int, int]], r: tuple[int, int]) -> list:
     return out
 
 
-# The simulated memories are allocated up front: a (verified, but hostile)
-# file declaring a larger arena is refused rather than exhausting the host.
-MAX_ARENA_BYTES = MEMORY_BUDGET  # (the loader checks it of every program)
-
-
 class FunctionSim:
     """One function of a verified program, prepared to run on the simulated NPU."""
 
@@ -202,14 +197,16 @@ class FunctionSim:
         self.islands = islands
         # One run at a time: the memories below are the function's only ones.
         self.lock = threading.Lock()
+        # The memories are allocated up front; the loader refused a program past
+        # the budget, and a hand-built one is refused here, not on the host.
         for space, size in (
             ("ddr", code.ddr_peak_bytes),
             ("sram", code.sram_peak_bytes),
         ):
-            if size > MAX_ARENA_BYTES:
+            if size > MEMORY_BUDGET:
                 raise NpuSimError(
                     f"@{code.name}: a {size}-byte {space} arena is beyond the "
-                    f"simulator's {MAX_ARENA_BYTES} bytes"
+                    f"simulator's {MEMORY_BUDGET} bytes"
                 )
         if any(code.buffers[k].space == "const" for k in code.input_buffers):
             raise NpuSimError(f"@{code.name}: an input is bound to a const buffer")

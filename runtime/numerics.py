@@ -50,6 +50,13 @@ def saturate(x: np.ndarray, bits: int) -> np.ndarray:
     return np.clip(np.asarray(x, np.int64), lo, hi)
 
 
+def pad_code(value: float, dtype) -> int:
+    """The code an integer tensor of ``dtype`` is padded with for the float
+    ``value`` (``hbir.pad``): rounded half to even, saturated to the dtype."""
+    info = np.iinfo(dtype)
+    return min(max(round(value), int(info.min)), int(info.max))
+
+
 # ----------------------------------------------------------------- rounding
 
 

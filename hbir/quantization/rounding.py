@@ -16,7 +16,7 @@ from hbir.runtime import numerics
 
 def set_round_mode(mode: str) -> None:
     """Select ``"half_even"`` (default) or ``"half_up"`` (legacy) rounding."""
-    set_defaults(rounding=str(mode) if isinstance(mode, str) else mode)
+    set_defaults(rounding=mode)
 
 
 def get_round_mode() -> str:
