@@ -2,6 +2,8 @@
 
 The emitter (npu dialect -> instructions), the ``.hbm`` writer and loader, the
 text form and the simulator all read this table; no other file numbers opcodes.
+The npu dialect's verifier is the same rule (:func:`check_values`, on the op's
+values), so an npu op verifies exactly when its instruction loads.
 
 Each opcode has a number (stable across versions of the format), a mnemonic,
 operand and result counts (``None``: variadic, the exact rule is in ``check``),
