@@ -120,6 +120,7 @@ def run_one(
         cpu_advice=result.cpu_ops,
         bc_vs_export_pt_diff_elems=result.bc_vs_export_pt_diff,
         quantized_vs_bc_max_lsb=round(result.quantized_vs_bc_lsb, 2),
+        hbm_vs_quantized_diff_elems=result.hbm_vs_quantized_diff,
         float_vs_qat_max_abs=round(result.float_vs_qat_max_abs, 4),
         seconds=round(time.perf_counter() - t0, 1),
     )
