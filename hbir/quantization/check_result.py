@@ -115,8 +115,8 @@ def _sections(gm: fx.GraphModule, report: Report) -> list[str]:
         ]
         table = format_table(["name", "type", "called times"], rows)
         note = (
-            "Weightless modules got one QAT module per call (own output scale); weight "
-            "modules stay shared (one output scale for all calls)."
+            "Each call got its own QAT module (<name>_<k> after the first: own input "
+            "and output scales); the calls of a weight module share its weight."
         )
         parts.append("Each module called times:\n" + table + "\n" + note)
     else:

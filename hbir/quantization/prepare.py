@@ -12,9 +12,12 @@ by node with the rules of ``op_rules.py``:
   ``QuantStub``;
 * anything else is an unsupported op, reported all at once with the user's source line.
 
-A model without any ``QuantStub`` gets one generated per float input. Weightless
-modules called at several places get one QAT module per call, so each call site has
-its own output scale; weight modules stay shared and are reported.
+A model without any ``QuantStub`` gets one generated per float input. A module
+called at several places (a detection head run on every FPN level, a reused ReLU)
+gets one QAT module per call, named ``<name>_<k>`` after the first: each call has its
+own input and output scales, as the integer pipeline computes each call with its own;
+the calls of a weight module share its parameters and its weight fake quant, so they
+train one weight. The calls are listed in ``model_check_result.txt``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch
 from torch import fx, nn
 
 from hbir.errors import HbirOutputError
-from hbir.quantization import op_rules, stubs
+from hbir.quantization import functionalize, op_rules, stubs
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.check_result import Report, write_check_result, write_fx_graph
 from hbir.quantization.consistency import (
@@ -145,15 +148,19 @@ class _QconfigFor:
     """Qconfigs for a builder: ``q()`` for its module, ``q.step`` for steps."""
 
     builder: _GraphBuilder
-    name: str
+    name: str  # the name module_name rules match
     type_keys: list = field(default_factory=list)
+    site: str | None = None  # the QAT module's own name, when not ``name``
 
     def __call__(self) -> QConfig:
-        return self.builder.resolve(self.name, self.type_keys)
+        return self.builder.resolve(self.name, self.type_keys, site=self.site)
 
     def step(self, step: str, cls: type, final: bool) -> QConfig:
         keys = [cls, cls.op, *self.type_keys]
-        return self.builder.resolve(f"{self.name}.{step}", keys, internal=not final)
+        site = None if self.site is None else f"{self.site}.{step}"
+        return self.builder.resolve(
+            f"{self.name}.{step}", keys, internal=not final, site=site
+        )
 
     def constant(self, node):
         """The tensor behind a ``get_attr`` node (layer-norm weights), or None."""
@@ -180,7 +187,7 @@ class _GraphBuilder:
         self.taken = set(self.modules)
         self.counters: Counter = Counter()
         self.site_counts: Counter = Counter()
-        self.qat_of_target: dict[str, tuple[str, nn.Module]] = {}
+        self.qat_of_target: dict[str, nn.Module] = {}  # the first call's
         self.decompositions: dict[str, Decomposition] = {}
         self.unsupported: list[str] = []
         self.has_user_stub = any(
@@ -189,7 +196,11 @@ class _GraphBuilder:
 
     # ------------------------------------------------------------- qconfigs
 
-    def resolve(self, name: str, type_keys: list, internal: bool = False) -> QConfig:
+    def resolve(
+        self, name: str, type_keys: list, internal: bool = False, site=None
+    ) -> QConfig:
+        """The qconfig the rules give ``name``, recorded for the QAT module
+        ``site`` (default: ``name``)."""
         qconfig, source = self.setter.resolve(name, type_keys)
         if internal and source != f"module_name[{name!r}]":
             activation = qconfig.activation
@@ -197,7 +208,7 @@ class _GraphBuilder:
                 qconfig = qconfig.replace(activation=activation.replace(dtype=qint16))
                 source += " (int16: decomposition step)"
         qconfig = qconfig_for_level(qconfig, self.level)
-        self.report.sources[name] = source
+        self.report.sources[site or name] = source
         return qconfig
 
     # ------------------------------------------------------------- walking
@@ -254,9 +265,7 @@ class _GraphBuilder:
                 node, op_rules.OpRule("quantize", _build_stub), module, args
             )
         elif isinstance(module, stubs.DeQuantStub):
-            new = self._emit(
-                self._site_name(node, module), qat.DeQuantStub(), args, node
-            )
+            new = self._emit(self._site_name(node), qat.DeQuantStub(), args, node)
             self._set(node, new, FLOAT)
         elif isinstance(module, nn.Identity):
             self.env[node] = args[0]
@@ -285,7 +294,10 @@ class _GraphBuilder:
         else:
             rule = self._rule(node, module)
             if rule is None:
-                self._unsupported(node, "no quantization rule for this op")
+                why = "no quantization rule for this op"
+                if node.target is functionalize.index_assign:
+                    why = "an indexed write (x[i] = v) has no quantized form yet"
+                self._unsupported(node, why)
                 self._copy(node, args, kwargs, QUANT)  # keep checking what follows
             elif module is not None:
                 self._module_call(node, rule, module, args)
@@ -332,13 +344,9 @@ class _GraphBuilder:
     # ------------------------------------------------------------- emission
 
     def _module_call(self, node, rule, module, args) -> None:
-        name = self._site_name(node, module)
-        shared = self.qat_of_target.get(node.target)
-        if shared is not None and shared[0] == name:  # a shared weight module again
-            new = self._call_module(name, shared[1], args, node)
-            self._set(node, new, QUANT, self.fake_quant_of[new])
-            return
-        q = _QconfigFor(self, name, [type(module), rule.op])
+        name = self._site_name(node)
+        # A module_name rule names the module: it applies to every call.
+        q = _QconfigFor(self, node.target, [type(module), rule.op], site=name)
         fused_relu = node.meta.get("hbir_fused_relu")
         try:
             built, call_args = rule.build(q, module, *args, fused_relu=fused_relu)
@@ -346,7 +354,9 @@ class _GraphBuilder:
             self._unsupported(node, str(error))
             self._copy(node, args, {}, QUANT)
             return
-        self.qat_of_target.setdefault(node.target, (name, built))
+        first = self.qat_of_target.setdefault(node.target, built)
+        if first is not built:
+            _share_weights(built, first)
         self._place(node, name, built, call_args)
 
     def _function_call(self, node, rule, args, kwargs) -> None:
@@ -400,24 +410,18 @@ class _GraphBuilder:
         return new
 
     def _link(self, name, module, args, origin: fx.Node) -> None:
-        """Record the producer fake quants of ``module``'s inputs (first call wins)."""
-        inputs = [n for n in _nodes_in(args) if self.state.get(n) == QUANT]
-        producers = tuple(self.fake_quant_of.get(n) for n in inputs)
-        if not module.producer_fake_quants:
-            module.producer_fake_quants = producers
-            module.attach_input_fake_quants(len(inputs))
-            module.exact = self.level == 2 and module.supports_exact
-            module.exact_inputs = self.level != 2 and module.exact_below_level_2
-        elif module.producer_fake_quants != producers and module.exact_inputs:
-            # Re-quantizing the inputs needs one scale per input: fall back to the
-            # float32 forward.
-            module.exact_inputs = module.input_fake_quant is not None
-        elif module.producer_fake_quants != producers and module.exact:
-            raise PrepareError(
-                f"'{name}' is called with inputs of different scales, which level 2 "
-                f"cannot make exact; call a separate module at "
-                f"{user_frame(origin.stack_trace)}"
+        """Record the producer fake quants of ``module``'s inputs. Every call site
+        has its own QAT module, so a module has one set of producers."""
+        if module.producer_fake_quants:
+            raise RuntimeError(
+                f"prepare: QAT module '{name}' placed twice (at "
+                f"{user_frame(origin.stack_trace)}): each call needs its own module"
             )
+        inputs = [n for n in _nodes_in(args) if self.state.get(n) == QUANT]
+        module.producer_fake_quants = tuple(self.fake_quant_of.get(n) for n in inputs)
+        module.attach_input_fake_quants(len(inputs))
+        module.exact = self.level == 2 and module.supports_exact
+        module.exact_inputs = self.level != 2 and module.exact_below_level_2
 
     def _quantized(self, value):
         """``value``, or its quantized form if it is a float tensor node."""
@@ -475,11 +479,11 @@ class _GraphBuilder:
 
     # ------------------------------------------------------------- names
 
-    def _site_name(self, node: fx.Node, module: nn.Module) -> str:
-        """The module's name, or a fresh one for a later call of a weightless module."""
+    def _site_name(self, node: fx.Node) -> str:
+        """The module's name for its first call, a fresh one for each later call."""
         self.site_counts[node.target] += 1
         calls = self.site_counts[node.target]
-        if calls == 1 or any(True for _ in module.parameters()):
+        if calls == 1:
             return node.target
         return self._fresh(f"{node.target}_{calls - 1}")
 
@@ -506,6 +510,22 @@ def _build_stub(q, module, x, *, fused_relu=None):
         qconfig = qconfig_for_level(module.qconfig, q.builder.level)
         q.builder.report.sources[q.name] = "QuantStub(qconfig=...)"
     return qat.QuantStub.from_float(module, qconfig), (x,)
+
+
+def _share_weights(later: nn.Module, first: nn.Module) -> None:
+    """Give a later call's QAT module the first call's parameters and weight fake
+    quants (submodule by submodule, by path), so every call trains and quantizes
+    the one weight."""
+    originals = dict(first.named_modules())
+    for path, sub in list(later.named_modules()):
+        original = originals.get(path)
+        if original is None:
+            continue
+        for key in sub._parameters:
+            if original._parameters.get(key) is not None:
+                sub._parameters[key] = original._parameters[key]
+        if isinstance(getattr(original, "weight_fake_quant", None), FakeQuantize):
+            sub.weight_fake_quant = original.weight_fake_quant
 
 
 def _nodes_in(value) -> list[fx.Node]:

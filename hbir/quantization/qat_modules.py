@@ -161,13 +161,15 @@ def float_validation():
         yield
 
 
-def _grids(module: QATModule, fqs, fq_w=None) -> numerics.Grids | None:
+def _grids(
+    module: QATModule, fqs, fq_w=None, *, at_level_2: bool = False
+) -> numerics.Grids | None:
     """The grids of ``module``'s fixed-point forward when the fake quants of its
     inputs (``fqs``), weight (``fq_w``, gemms) and output are all frozen
     (VALIDATION), per tensor except the weight, and the module is not at
     consistency level 2 (``exact``: float64 on power-of-two grids, exact
-    already); else None, and the forward stays float."""
-    if module.exact or module.training or not fqs:
+    already) unless ``at_level_2``; else None, and the forward stays float."""
+    if (module.exact and not at_level_2) or module.training or not fqs:
         return None
     if not current_options().fixed_point_validation:
         return None
@@ -893,7 +895,8 @@ class _Binary(QATModule):
     def fixed_point_grids(self, a, b) -> numerics.Grids | None:
         """The grids of the fixed-point VALIDATION forward of ``a op b`` (add /
         sub / mul: ``numerics.fixed_point_binary``); a Python number operand is a
-        float constant (scale 0)."""
+        float constant (scale 0). With a constant also at consistency level 2,
+        whose float64 forward would add it exactly."""
         if self.op not in ("add", "sub", "mul"):
             return None
         numbers = [isinstance(v, int | float) for v in (a, b)]
@@ -904,7 +907,10 @@ class _Binary(QATModule):
             for v, n in zip((a, b), numbers, strict=True)
         ):
             return None  # convert keeps a product by zero in float
-        grids = _grids(self, self.input_fake_quants()[: numbers.count(False)])
+        # At level 2 too: a float constant is not on any power-of-two grid
+        # (0.1), and the integer add puts it on its accumulation grid first.
+        fqs = self.input_fake_quants()[: numbers.count(False)]
+        grids = _grids(self, fqs, at_level_2=any(numbers))
         if grids is None:
             return None
         scales, bits = iter(grids.in_scales), iter(grids.in_bits)

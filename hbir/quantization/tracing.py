@@ -27,7 +27,7 @@ from torch.fx import _symbolic_trace
 from torch.fx.node import _get_qualified_name
 
 from hbir.errors import HbirError
-from hbir.quantization import stubs
+from hbir.quantization import functionalize, stubs
 from hbir.quantization.decompositions import Decomposition
 from hbir.quantization.op_rules import TRACED_THROUGH, module_rule
 from hbir.quantization.qat_modules import DeQuantStub, QATModule
@@ -112,6 +112,12 @@ class _ConcreteProxy(fx.Proxy):
     def __len__(self) -> int:
         return len(self._not_tensor("len(x)"))
 
+    def __setitem__(self, key, value) -> None:
+        # ``x[key] = value``: a node (``functionalize`` makes it a value)
+        self.tracer.create_proxy(
+            "call_function", operator.setitem, (self, key, value), {}
+        )
+
     def __iter__(self):
         return iter([self[i] for i in range(len(self._not_tensor("iterating x")))])
 
@@ -188,7 +194,22 @@ class ConcreteTracer(HbirTracer):
         finally:
             self._computing -= 1
         proxy.__dict__["value"] = value
+        proxy.node.meta["hbir_tensor"] = isinstance(value, torch.Tensor)
         return proxy
+
+    def _factory(self, original):
+        """``torch.<factory>`` while tracing: a graph node (its value computed),
+        so a tensor made inside forward is a value of the graph."""
+
+        @functools.wraps(original)
+        def traced(*args, **kwargs):
+            if self._computing:
+                return original(*args, **kwargs)
+            proxy = self.create_proxy("call_function", original, args, kwargs)
+            proxy.node.meta[functionalize.FACTORY_META] = True
+            return proxy
+
+        return traced
 
     def _value(self, kind, target, args, kwargs):
         if kind == "placeholder":
@@ -211,10 +232,15 @@ class ConcreteTracer(HbirTracer):
     def trace(self, root, concrete_args=None):
         wrapped = dict(_symbolic_trace._wrapped_fns_to_patch)
         _symbolic_trace._wrapped_fns_to_patch.clear()
+        factories = {name: getattr(torch, name) for name in functionalize.FACTORIES}
         try:
+            for name, original in factories.items():
+                setattr(torch, name, self._factory(original))
             with torch.no_grad():
                 return super().trace(root, concrete_args)
         finally:
+            for name, original in factories.items():
+                setattr(torch, name, original)
             _symbolic_trace._wrapped_fns_to_patch.update(wrapped)
 
 
@@ -222,6 +248,8 @@ def trace(model: nn.Module, example_inputs: tuple) -> fx.GraphModule:
     """Trace ``model`` on ``example_inputs``; a failure names the user's line."""
     was_training = model.training
     model.eval()
+    state = functionalize.model_state(model)
+    before = {name: t.detach().clone() for name, t in _tensors(model)}
     tracer = ConcreteTracer(example_inputs)
     try:
         graph = tracer.trace(model)
@@ -235,9 +263,62 @@ def trace(model: nn.Module, example_inputs: tuple) -> fx.GraphModule:
         ) from error
     finally:
         model.train(was_training)
+    for name, t in _tensors(model):  # written outside the graph: plain tensors
+        if not torch.equal(t, before[name]):
+            where = _line_writing(model, example_inputs, t) or "(source line unknown)"
+            raise PrepareError(
+                f"prepare cannot trace {type(model).__name__}: forward writes into "
+                f"the model's {state[name]} '{name}' in place: state carried from "
+                "one call to the next cannot be deployed; compute a new tensor "
+                f"instead\n  {where}"
+            )
     gm = fx.GraphModule(tracer.root, graph, type(model).__name__)
+    try:
+        functionalize.functionalize(gm, state)
+    except functionalize.InPlaceError as error:
+        where = user_frame(error.node.stack_trace) or "(source line unknown)"
+        raise PrepareError(
+            f"prepare cannot trace {type(model).__name__}: {error}\n  {where}"
+        ) from None
+    functionalize.fold_factories(gm, state)
     gm.train(was_training)
     return gm
+
+
+class _WriteFinder(torch.overrides.TorchFunctionMode):
+    """Records the user's line of the first in-place call on ``tensor``."""
+
+    def __init__(self, tensor: torch.Tensor):
+        super().__init__()
+        self.tensor, self.line = tensor, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        writes = name.endswith("_") and not name.startswith("_") or "setitem" in name
+        if self.line is None and writes and args and args[0] is self.tensor:
+            for frame in reversed(traceback.extract_stack()):
+                if _is_user_file(frame.filename):
+                    line = (frame.line or "").strip()
+                    self.line = f"{frame.filename}:{frame.lineno}: {line}"
+                    break
+        return func(*args, **(kwargs or {}))
+
+
+def _line_writing(model: nn.Module, example_inputs: tuple, tensor) -> str | None:
+    """Where the forward writes into ``tensor`` (run once more to find it)."""
+    finder = _WriteFinder(tensor)
+    try:
+        with torch.no_grad(), finder:
+            model(*example_inputs)
+    except Exception:  # the write was seen while tracing: the line is a bonus
+        pass
+    return finder.line
+
+
+def _tensors(model: nn.Module):
+    """The model's parameters and buffers, by name."""
+    yield from model.named_parameters()
+    yield from model.named_buffers()
 
 
 # ----------------------------------------------------------------- values

@@ -16,7 +16,6 @@ from hbir.quantization import (
     DeQuantStub,
     FakeQuantize,
     FakeQuantState,
-    PrepareError,
     QuantStub,
     prepare,
     qint16,
@@ -269,9 +268,84 @@ class SharedLinear(nn.Module):
         return self.fc(self.quant_a(a)) + self.fc(self.quant_b(b))
 
 
-def test_level_2_rejects_a_weight_module_shared_across_input_scales(tmp_path):
-    inputs = (torch.randn(2, 4), torch.randn(2, 4))
-    prepare(SharedLinear(), inputs, out_dir=tmp_path)  # fine below level 2
-    ConsistencyStrategy.set_consistency_level(2)
-    with pytest.raises(PrepareError, match="'fc' is called with inputs of different"):
-        prepare(SharedLinear(), inputs, out_dir=tmp_path)
+@pytest.mark.parametrize("level", [None, 0, 1, 2])
+def test_a_weight_module_shared_across_input_scales_is_exact_at_every_level(
+    tmp_path, level
+):
+    """One rule at every level: each call of ``fc`` gets its own QAT module (own
+    input and output scales, the one weight), and qat.pt, qat.bc and quantized.bc
+    agree bit for bit although the calls' inputs differ 8x in range."""
+    import hbir
+    from hbir.quantization import export
+
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 4, generator=g), 8 * torch.randn(4, 4, generator=g))
+               for _ in range(4)]  # fmt: skip
+    ConsistencyStrategy.set_consistency_level(level)
+    qat = prepare(SharedLinear().eval(), batches[0], out_dir=tmp_path)
+    first, second = qat.get_submodule("fc"), qat.get_submodule("fc_1")
+    assert first.weight is second.weight
+    assert first.weight_fake_quant is second.weight_fake_quant
+    assert first.activation_post_process is not second.activation_post_process
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for a, b in batches:
+            qat(a, b)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    scales = [float(m.activation_post_process.scale) for m in (first, second)]
+    assert scales[1] >= 2 * scales[0]  # each call its own output grid
+    qat_bc = export(qat, batches[0])
+    quantized = hbir.convert(qat_bc, "nash-e")
+    for a, b in batches:
+        with torch.no_grad():
+            expected = qat(a, b).numpy()
+        names = qat_bc.functions[0].inputs.names
+        feed = dict(zip(names, (a.numpy(), b.numpy()), strict=True))
+        (got_bc,) = qat_bc.functions[0].feed(feed, reference=True).values()
+        (got_q,) = quantized.functions[0].feed(feed, reference=True).values()
+        np.testing.assert_array_equal(got_bc, expected)
+        np.testing.assert_array_equal(got_q, got_bc)
+
+
+class ConstantBeforeTables(nn.Module):
+    """A float constant added to / subtracted from / multiplied with quantized
+    values, before table ops: ``log(|x| + 0.1)``, ``rsqrt(|x| + 0.1)``."""
+
+    def forward(self, x):
+        y = x.abs() + 0.1
+        return torch.cat([torch.log(y), torch.rsqrt(y), 0.1 - x, x * 0.3], 1)
+
+
+@pytest.mark.parametrize("level", [None, 2])
+def test_a_float_constant_operand_is_on_the_integer_grid_at_every_level(
+    tmp_path, level
+):
+    """0.1 is on no power-of-two grid: at level 2 too the QAT add puts it on the
+    grid the integer add accumulates on (3 codes of 2**-5 here, not 0.1), so the
+    table index is the same in qat.pt, qat.bc and quantized.bc."""
+    import hbir
+    from hbir.quantization import export
+
+    g = torch.Generator().manual_seed(0)
+    # |x| up to 3.9: the add's input on 2**-5, its output (up to 4.0) on 2**-4
+    batches = [3.9 * (2 * torch.rand(1, 3, 8, 8, generator=g) - 1) for _ in range(3)]
+    batches[0][0, 0, 0, :2] = torch.tensor([3.9, -3.9])
+    ConsistencyStrategy.set_consistency_level(level)
+    qat = prepare(ConstantBeforeTables().eval(), (batches[0],), out_dir=tmp_path)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for x in batches:
+            qat(x)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat_bc = export(qat, (batches[0],))
+    quantized = hbir.convert(qat_bc, "nash-e")
+    (name,) = qat_bc.functions[0].inputs.names
+    for x in batches:
+        with torch.no_grad():
+            expected = qat(x).numpy()
+        (got_bc,) = qat_bc.functions[0].feed({name: x.numpy()}, reference=True).values()
+        (got_q,) = (
+            quantized.functions[0].feed({name: x.numpy()}, reference=True).values()
+        )
+        np.testing.assert_array_equal(got_bc, expected)
+        np.testing.assert_array_equal(got_q, got_bc)

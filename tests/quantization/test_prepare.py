@@ -221,15 +221,21 @@ class SharedModules(nn.Module):
         return self.dequant(a + b)
 
 
-def test_weightless_modules_get_one_qat_module_per_call(tmp_path):
+def test_every_call_of_a_module_gets_its_own_qat_module(tmp_path):
     qat_model = _prepare(SharedModules(), torch.randn(2, 4), tmp_path)
     targets = [n.target for n in qat_model.graph.nodes if n.op == "call_module"]
-    assert targets.count("fc") == 2  # weights shared
-    assert "act" in targets and "act_1" in targets
-    assert (
-        qat_model.act.activation_post_process
-        is not qat_model.act_1.activation_post_process
-    )
+    assert {"fc", "fc_1", "act", "act_1"} <= set(targets)
+    for name in ("fc", "act"):
+        first, later = (
+            qat_model.get_submodule(name),
+            qat_model.get_submodule(name + "_1"),
+        )
+        assert first.activation_post_process is not later.activation_post_process
+    # the calls of a weight module share its weight and weight fake quant
+    assert qat_model.fc.weight is qat_model.fc_1.weight
+    assert qat_model.fc.bias is qat_model.fc_1.bias
+    assert qat_model.fc.weight_fake_quant is qat_model.fc_1.weight_fake_quant
+    assert len(list(qat_model.parameters())) == 2
     check = (tmp_path / "model_check_result.txt").read_text()
     section = check.split("Each module called times:")[1].split("\n\n")[0]
     assert "| fc   | Linear  | 2" in section and "| act  | Sigmoid | 2" in section
