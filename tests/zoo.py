@@ -16,6 +16,12 @@ Each entry is a small float model written the way users write them, with
   tanh, silu, hardsigmoid, cos).
 * ``multi_io``: two inputs (image, vector) and two outputs (logits, feature map) with
   cat, sub, mean, max/avg pooling, a transposed conv and a clamp.
+* ``fpn_head``: a two-level feature pyramid whose levels differ 4x in range, one
+  detection head (conv tower) shared by both levels as RetinaNet / FCOS do, and a
+  YOLO-style decode that writes into slices of the head's output in place.
+* ``const_tables``: float constants added to, subtracted from and multiplied with
+  quantized values before table ops (``log(|x| + 0.1)``, ``rsqrt(|x| + 0.1)``), on
+  a zero canvas filled by slice assignment (padding written by hand).
 
 ``build(name)`` returns ``(model, example_inputs)`` with deterministic weights and
 non-trivial batch-norm statistics; ``batches(name, n)`` yields calibration inputs;
@@ -33,7 +39,15 @@ from torch import nn
 
 from hbir.quantization import DeQuantStub, QconfigSetter, QuantStub, get_qconfig, qint16
 
-NAMES = ("resnet", "mobilenet", "transformer", "posenc", "multi_io")
+NAMES = (
+    "resnet",
+    "mobilenet",
+    "transformer",
+    "posenc",
+    "multi_io",
+    "fpn_head",
+    "const_tables",
+)
 
 
 def conv_bn(cin, cout, kernel, stride=1, groups=1):
@@ -230,12 +244,65 @@ class MultiIO(nn.Module):
         )
 
 
+class FpnHead(nn.Module):
+    def __init__(self, anchors=2, outputs=6):
+        super().__init__()
+        self.quant = QuantStub()
+        self.stem = nn.Sequential(conv_bn(3, 8, 3), nn.ReLU())
+        self.down = conv_bn(8, 8, 3, stride=2)
+        self.tower = nn.Sequential(
+            nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, anchors * outputs, 1)
+        )
+        self.anchors, self.outputs = anchors, outputs
+        self.dequant = DeQuantStub()
+
+    def _decode(self, y, stride: float):
+        n, _, h, w = y.shape
+        y = y.view(n, self.anchors, self.outputs, h, w).permute(0, 1, 3, 4, 2)
+        y = y.contiguous().sigmoid()
+        y[..., 0:2] = (y[..., 0:2] * 2.0 - 0.5) * stride
+        y[..., 2:4] = (y[..., 2:4] * 2.0) ** 2 * 4.0
+        return y.view(n, -1, self.outputs)
+
+    def forward(self, x):
+        p3 = self.stem(self.quant(x))
+        p4 = self.down(p3) * 4.0  # the coarser level has a 4x wider range
+        levels = [self._decode(self.tower(p), s) for p, s in ((p3, 8.0), (p4, 16.0))]
+        return self.dequant(torch.cat(levels, 1))
+
+    @staticmethod
+    def inputs(batch=2, generator=None):
+        return (torch.randn(batch, 3, 8, 8, generator=generator),)
+
+
+class ConstTables(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        y = self.conv(self.quant(x))
+        canvas = torch.zeros(y.shape[0], 4, 10, 10)
+        canvas[:, :, 1:-1, 1:-1] = y
+        a = canvas.abs() + 0.1
+        out = torch.cat([torch.log(a), torch.rsqrt(a), 0.1 - canvas, canvas * 0.3], 1)
+        return self.dequant(out)
+
+    @staticmethod
+    def inputs(batch=2, generator=None):
+        return (torch.randn(batch, 3, 8, 8, generator=generator),)
+
+
 _CLASSES = {
     "resnet": ResNetLike,
     "mobilenet": MobileNetLike,
     "transformer": TransformerBlock,
     "posenc": PosEncNet,
     "multi_io": MultiIO,
+    "fpn_head": FpnHead,
+    "const_tables": ConstTables,
 }
 
 

@@ -35,6 +35,7 @@ from torch import fx, nn
 FACTORIES = ("zeros", "ones", "full", "empty")
 FACTORIES += ("zeros_like", "ones_like", "full_like", "empty_like")
 FACTORY_META = "hbir_factory"
+SHAPE_META = "hbir_shape"  # a tensor node's shape on the example inputs
 
 
 def index_assign(tensor: torch.Tensor, index, value) -> torch.Tensor:
@@ -104,9 +105,9 @@ def _written(node: fx.Node, modules: dict[str, nn.Module]):
     if not args or not isinstance(args[0], fx.Node):
         return None
     if node.op == "call_function" and node.target is operator.setitem:
-        return args[0], ("call_function", index_assign, args, kwargs)
+        return args[0], ("setitem", None, args, kwargs)
     if node.op == "call_function" and node.target in _IN_PLACE_OPERATORS:
-        if not node.meta.get("hbir_tensor", False):
+        if SHAPE_META not in node.meta:
             return None  # ``n += 1`` on a size: a new number, nothing written
         return args[0], ("call_function", _IN_PLACE_OPERATORS[node.target], args, {})
     if node.op == "call_function" and kwargs.get("inplace") is True:
@@ -115,7 +116,7 @@ def _written(node: fx.Node, modules: dict[str, nn.Module]):
     if node.op == "call_method":
         name = node.target
         if name == "__setitem__":
-            return args[0], ("call_function", index_assign, args, kwargs)
+            return args[0], ("setitem", None, args, kwargs)
         if not name.endswith("_") or name.startswith("_") or name in _NOT_WRITES:
             return None
         if name in _IN_PLACE_METHODS:
@@ -128,6 +129,68 @@ def _written(node: fx.Node, modules: dict[str, nn.Module]):
     if node.op == "call_module" and getattr(modules.get(node.target), "inplace", 0):
         return args[0], None  # the module's QAT form computes out of place
     return None
+
+
+def _spans(key, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """``key`` as one ``(start, stop)`` per dimension when it is basic slicing
+    (slices of step 1 and ``...``); else None."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        return None
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        fill = (slice(None),) * (len(shape) - len(key) + 1)
+        key = key[:at] + fill + key[at + 1 :]
+    key = key + (slice(None),) * (len(shape) - len(key))
+    if len(key) != len(shape) or not all(isinstance(k, slice) for k in key):
+        return None
+    spans = []
+    for k, size in zip(key, shape, strict=True):
+        if not all(v is None or type(v) is int for v in (k.start, k.stop, k.step)):
+            return None
+        start, stop, step = k.indices(size)
+        if step != 1 or stop <= start:
+            return None
+        spans.append((start, stop))
+    return spans
+
+
+def _assigned(graph: fx.Graph, tensor, key, value) -> fx.Node:
+    """``tensor[key] = value`` as a node: for basic slicing with a tensor of the
+    slice's shape, the untouched slices and ``value`` concatenated (ops every
+    stage has); else ``index_assign``."""
+    shape = tensor.meta.get(SHAPE_META) if isinstance(tensor, fx.Node) else None
+    spans = None if shape is None else _spans(key, shape)
+    if spans is not None and isinstance(value, fx.Node):
+        written = tuple(b - a for a, b in spans)
+        if value.meta.get(SHAPE_META) == written:
+            dims = [d for d, span in enumerate(spans) if span != (0, shape[d])]
+            return _concatenated(graph, tensor, shape, spans, dims, value)
+    return graph.call_function(index_assign, (tensor, key, value))
+
+
+def _concatenated(graph, base, shape, spans, dims, value) -> fx.Node:
+    """``base`` with ``value`` written at ``spans``, splitting along ``dims``."""
+    if not dims:
+        return value
+    d, rest = dims[0], dims[1:]
+    a, b = spans[d]
+
+    def part(start, stop):
+        key = (slice(None),) * d + (slice(start, stop),)
+        node = graph.call_function(operator.getitem, (base, key))
+        node.meta[SHAPE_META] = shape[:d] + (stop - start,) + shape[d + 1 :]
+        return node
+
+    pieces = [part(0, a)] if a > 0 else []
+    middle = part(a, b) if rest else None
+    inner_shape = shape[:d] + (b - a,) + shape[d + 1 :]
+    pieces.append(_concatenated(graph, middle, inner_shape, spans, rest, value))
+    if b < shape[d]:
+        pieces.append(part(b, shape[d]))
+    out = graph.call_function(torch.cat, (pieces, d))
+    out.meta[SHAPE_META] = shape
+    return out
 
 
 def _check_writable(
@@ -189,8 +252,11 @@ def functionalize(gm: fx.GraphModule, state: dict[str, str]) -> None:
         else:
             op, target, args, kwargs = replacement
             with graph.inserting_before(node):
-                value = graph.create_node(op, target, args, kwargs)
-            value.meta = dict(node.meta)
+                if op == "setitem":
+                    value = _assigned(graph, *args)
+                else:
+                    value = graph.create_node(op, target, args, kwargs)
+            value.meta = {**node.meta, **value.meta}
             node.replace_all_uses_with(value)  # ``y = x.add_(z)``: y is the value
             graph.erase_node(node)
         later = [

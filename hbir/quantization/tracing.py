@@ -194,7 +194,8 @@ class ConcreteTracer(HbirTracer):
         finally:
             self._computing -= 1
         proxy.__dict__["value"] = value
-        proxy.node.meta["hbir_tensor"] = isinstance(value, torch.Tensor)
+        if isinstance(value, torch.Tensor):
+            proxy.node.meta[functionalize.SHAPE_META] = tuple(value.shape)
         return proxy
 
     def _factory(self, original):

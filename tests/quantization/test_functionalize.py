@@ -47,6 +47,23 @@ class Canvas(nn.Module):
         return canvas.view(1, 3, 4, 4) * 2.0
 
 
+class SliceWrites(nn.Module):
+    """YOLO-style decode: slices of the head's output rewritten in place, and a
+    zero canvas padded by slice assignment (both become concatenations)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 6)
+
+    def forward(self, x):
+        y = self.fc(x).sigmoid()
+        y[..., 0:2] = y[..., 0:2] * 2.0 - 0.5
+        y[:, 3:] = y[:, 3:] ** 2
+        canvas = torch.zeros(x.shape[0] + 2, 8)
+        canvas[1:-1, 1:-1] = y
+        return canvas
+
+
 class Positions(nn.Module):
     """A table made in forward from factories only: folded into a constant."""
 
@@ -55,7 +72,9 @@ class Positions(nn.Module):
         return x + table
 
 
-@pytest.mark.parametrize("cls", [AddInPlace, ReluInPlaceWithAlias, Canvas, Positions])
+@pytest.mark.parametrize(
+    "cls", [AddInPlace, ReluInPlaceWithAlias, Canvas, SliceWrites, Positions]
+)
 def test_the_traced_graph_computes_what_the_eager_model_computes(cls):
     torch.manual_seed(0)
     model = cls().eval()
@@ -68,6 +87,13 @@ def test_the_traced_graph_computes_what_the_eager_model_computes(cls):
             torch.testing.assert_close(gm(x), model(x), rtol=0, atol=0)
     written = {"setitem", "__setitem__", "add_", "iadd"}
     assert not any(str(n.target) in written for n in gm.graph.nodes)
+
+
+def test_slice_writes_become_concatenations_of_slices():
+    gm = trace(SliceWrites().eval(), (torch.randn(4, 4),))
+    targets = [n.target for n in gm.graph.nodes]
+    assert targets.count(torch.cat) == 4  # two for y's slices, two for the canvas
+    assert not any(callable(t) and t.__name__ == "index_assign" for t in targets)
 
 
 def test_factories_left_unwritten_are_graph_constants():
