@@ -531,7 +531,9 @@ def _global_avg_pool2d(
     return (_int_out(op, integer_ops.global_avg_pool2d(x, bits=result_bits(op))),)
 
 
-def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+def _resize2d(
+    op: hbir.Resize2dOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
     """``F.interpolate``; integer bilinear: float64, then half-to-even.
 
     With a ``scale`` property the call passes ``scale_factor`` (torch then samples
@@ -540,7 +542,7 @@ def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     mode = op.mode.data
     corners = bool(op.align_corners.value.data) if mode == "bilinear" else None
     if op.weight_bits is not None:
-        return (_npu_bilinear(op, x, corners),)
+        return (_npu_bilinear(op, x, corners, rounding),)
     if op.scale is not None:
         how = {"scale_factor": tuple(op.scale.get_values())}
     else:
@@ -552,14 +554,21 @@ def _resize2d(op: hbir.Resize2dOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
     return (_int_out(op, integer_ops.resize_rint(y, result_bits(op))),)
 
 
-def _npu_bilinear(op: hbir.Resize2dOp, x: np.ndarray, corners: bool) -> np.ndarray:
-    """Bilinear with the NPU's integer weights (``numerics.resize_bilinear``)."""
+def _npu_bilinear(
+    op: hbir.Resize2dOp, x: np.ndarray, corners: bool, rounding: str
+) -> np.ndarray:
+    """Bilinear with the NPU's integer weights (``numerics.resize_bilinear``);
+    marked ``qnt.exact``: the integer pipeline's numbers
+    (``numerics.fixed_point_resize``)."""
     scale = [None, None] if op.scale is None else list(op.scale.get_values())
     (h, w), (oh, ow) = x.shape[2:], op.size.get_values()
     taps = (
         numerics.bilinear_taps(h, oh, corners, scale[0]),
         numerics.bilinear_taps(w, ow, corners, scale[1]),
     )
+    if _is_float(x) and qnt.EXACT in op.attributes:
+        y = numerics.fixed_point_resize(exact_grids(op), x, *taps, rounding)
+        return y.astype(numpy_dtype(_element(op.output)))
     if _is_float(x):
         y = numerics.resize_bilinear(x.astype(np.float64), *taps)
         return y.astype(numpy_dtype(_element(op.output)))

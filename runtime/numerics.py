@@ -982,6 +982,23 @@ def resize_bilinear(x: np.ndarray, taps_h: tuple, taps_w: tuple) -> np.ndarray:
     return along(along(x, taps_h, x.ndim - 2), taps_w, x.ndim - 1)
 
 
+def fixed_point_resize(
+    grids: Grids, x: np.ndarray, taps_h: tuple, taps_w: tuple, mode: str = HALF_EVEN
+) -> np.ndarray:
+    """What the integer pipeline computes for a quantized bilinear resize with the
+    NPU's weights, as float32 values ``q * s_out``: the exact weighted sum of the
+    codes (``resize_bilinear``, units of ``2**-(2 * BILINEAR_BITS)``: within 32
+    bits for 16-bit codes), one requantization by
+    ``s_in * 2**-(2 * BILINEAR_BITS) * fl32(1 / s_out)``."""
+    s_in, bits = grids.x_scale, grids.x_bits
+    q = codes_on_grid(x, s_in, bits).astype(np.int64)
+    acc = saturate(resize_bilinear(q, taps_h, taps_w), 32)
+    real = np.float64(np.float32(s_in)) * 2.0 ** (-2 * BILINEAR_BITS)
+    m, shift = requantize_multipliers(real * inv_scale(grids.out_scale))
+    out = requantize(acc, m, shift, 0, *qrange(grids.out_bits), mode=mode)
+    return dequantize(out, grids.out_scale, 0)
+
+
 # ----------------------------------------------------------------- colour (BT.601)
 #
 # Planes are integer arrays in [0, 255]; Cb/Cr (U/V) are stored offset by 128.

@@ -740,11 +740,15 @@ def _interpolate(ex: Exporter, node: fx.Node):
 
 
 def _resize_module(ex: Exporter, node: fx.Node):
-    """Bilinear with the NPU's weights, in float64 as the module computes it."""
+    """Bilinear with the NPU's weights: marked ``qnt.exact`` on the float32 input
+    when the module computes the integer pipeline's numbers, else in float64 on
+    the exact input values, as the module computes it."""
     mod = _module(ex, node)
     (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
     dtype = ex.dtype(x)
-    (x,) = _exact_values(ex, mod, [x])
+    grids = mod.fixed_point_grids()
+    if grids is None:
+        (x,) = _exact_values(ex, mod, [x])
     size = ex.recorded_shape(node)[2:]
     scales = None if mod.scale_factor is None else list(mod.scales())
     y = hb.Resize2dOp(
@@ -755,6 +759,8 @@ def _resize_module(ex: Exporter, node: fx.Node):
         scales,
         weight_bits=numerics.BILINEAR_BITS,
     )
+    if grids is not None:
+        qnt.set_exact(y, grids)
     return _output(ex, mod, ex.emit(y), dtype)
 
 

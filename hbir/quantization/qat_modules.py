@@ -754,8 +754,10 @@ def _pair(v) -> tuple:
 class Resize(QATModule):
     """Bilinear ``F.interpolate``: values off the input grid, so its own output
     fake quant. It interpolates the input's exact values ``q * s`` with the NPU's
-    integer weights (``numerics.bilinear_taps``, in units of 2**-7) in float64,
-    where the result is exact, so deployment computes the same number."""
+    integer weights (``numerics.bilinear_taps``, in units of 2**-7) in float64;
+    in VALIDATION it computes the integer pipeline's numbers
+    (``numerics.fixed_point_resize``: the exact integer sum, one 31-bit
+    requantization), so deployment computes the same codes even at a tie."""
 
     op = "resize"
 
@@ -781,17 +783,31 @@ class Resize(QATModule):
             return None, None
         return (float(s), float(s)) if isinstance(s, int | float) else tuple(s)
 
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """The grids of the fixed-point VALIDATION forward
+        (``numerics.fixed_point_resize``)."""
+        return _grids(self, self.input_fake_quants()[:1])
+
     def forward(self, x: torch.Tensor, size=None) -> torch.Tensor:
         """``size``: an output size computed in the graph (``skip.shape[2:]``)."""
         (x,) = self._quant_inputs(x)
         # q * s exactly (float32 holds it rounded), so the sums below are exact
         dtype, (y,) = x.dtype, _exact_values([x], self.input_fake_quants())
         corners = bool(self.align_corners)
-        for dim, out, scale in zip(
-            (2, 3), self.output_size(x, size), self.scales(), strict=True
-        ):
-            taps = numerics.bilinear_taps(x.shape[dim], out, corners, scale)
-            y = _interpolate_along(y, dim, taps)
+        taps = [
+            numerics.bilinear_taps(x.shape[dim], out, corners, scale)
+            for dim, out, scale in zip(
+                (2, 3), self.output_size(x, size), self.scales(), strict=True
+            )
+        ]
+        for dim, t in zip((2, 3), taps, strict=True):
+            y = _interpolate_along(y, dim, t)
+        grids = self.fixed_point_grids() if x.dim() == 4 else None
+        if grids is not None:
+            exact = numerics.fixed_point_resize(
+                grids, _numpy(x), *taps, get_round_mode()
+            )
+            y = _with_gradient(y.to(dtype), exact)
         return self._output(y, dtype)
 
     def extra_repr(self) -> str:

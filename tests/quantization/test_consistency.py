@@ -8,6 +8,7 @@ and require every output code of the fake-quant model to match it.
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from numpy.lib.stride_tricks import sliding_window_view
 from torch import nn
 
@@ -347,5 +348,52 @@ def test_a_float_constant_operand_is_on_the_integer_grid_at_every_level(
         (got_q,) = (
             quantized.functions[0].feed({name: x.numpy()}, reference=True).values()
         )
+        np.testing.assert_array_equal(got_bc, expected)
+        np.testing.assert_array_equal(got_q, got_bc)
+
+
+class Upsample(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        up = F.interpolate(y, scale_factor=2, mode="bilinear")
+        size = F.interpolate(y, size=(13, 11), mode="bilinear", align_corners=True)
+        return torch.cat([up.flatten(1), size.flatten(1)], 1)
+
+
+@pytest.mark.parametrize("rounding", ["half_even", "half_up"])
+def test_a_bilinear_resize_computes_the_integer_pipeline_in_validation(
+    tmp_path, rounding
+):
+    """VALIDATION's resize is ``numerics.fixed_point_resize`` (the exact integer
+    sum, one 31-bit requantization in the model's rounding), marked qnt.exact in
+    qat.bc: no tie can round differently in quantized.bc."""
+    import hbir
+    from hbir.dialects import qnt
+    from hbir.quantization import QuantOptions, export
+
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(1, 3, 8, 8, generator=g) for _ in range(3)]
+    options = QuantOptions(rounding=rounding)
+    qat = prepare(Upsample().eval(), (batches[0],), out_dir=tmp_path, options=options)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for x in batches:
+            qat(x)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    qat_bc = export(qat, (batches[0],))
+    resizes = [op for op in qat_bc.module.op.walk() if op.name == "hbir.resize2d"]
+    assert len(resizes) == 2 and all(qnt.EXACT in op.attributes for op in resizes)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    (name,) = qat_bc.functions[0].inputs.names
+    for x in batches:
+        with torch.no_grad():
+            expected = qat(x).numpy()
+        feed = {name: x.numpy()}
+        (got_bc,) = qat_bc.functions[0].feed(feed, reference=True).values()
+        (got_q,) = quantized.functions[0].feed(feed, reference=True).values()
         np.testing.assert_array_equal(got_bc, expected)
         np.testing.assert_array_equal(got_q, got_bc)
