@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
+import numpy as np
 from xdsl.dialects.builtin import (
     I64,
     AnyTensorTypeConstr,
@@ -443,6 +444,182 @@ def exact(op: Operation) -> numerics.Grids | None:
         weight,
         w_bits,
     )
+
+
+# The ops through which a value keeps its grid (the codes move or are selected),
+# followed from a marked op to the fake quantizations around it.
+_GRID_KEEPING = frozenset(
+    {"hbir.cast", "hbir.flip", "hbir.max_pool2d", "hbir.pad", "hbir.reduce_max"}
+    | {"hbir.reshape", "hbir.slice", "hbir.split", "hbir.transpose", "hbir.relu"}
+    | {"hbir.clip", "qnt.barrier"}
+)
+
+
+def _keeps_grid(op: Operation) -> bool:
+    if op.name == "hbir.resize2d":
+        return op.mode.data == "nearest"
+    return op.name in _GRID_KEEPING
+
+
+def _fake_quant_grid(op: Operation) -> tuple[tuple[float, ...], int] | None:
+    """(float32 scales, bits) of a fake quantization / quantize / dequantize op,
+    None for other ops."""
+    if isinstance(op, ConstFakeQuantOp):
+        scale, _ = numerics.scale_from_min_max(
+            np.asarray(op.min.get_values()),
+            np.asarray(op.max.get_values()),
+            op.bits.value.data,
+            bool(op.narrowRange.value.data),
+        )
+        scales = np.atleast_1d(scale).astype(np.float32)
+        return tuple(float(v) for v in scales), op.bits.value.data
+    if isinstance(op, QuantizeOp | DequantizeOp):
+        coded = op.output if isinstance(op, QuantizeOp) else op.input
+        element = tensor_type(coded).element_type
+        if not isinstance(element, IntegerType):
+            return None
+        return tuple(float(v) for v in op.scales.get_values()), element.width.data
+    return None
+
+
+_CONSTANT = "a float constant"
+
+
+def _producer_grid(value: SSAValue):
+    """The grid ``value`` holds: walking back through grid-keeping ops to a fake
+    quantization; ``_CONSTANT`` for an ``hbir.constant``; None when unknown."""
+    for _ in range(64):
+        op = value.owner
+        if not isinstance(op, Operation):
+            return None
+        grid = _fake_quant_grid(op)
+        if grid is not None:
+            return grid
+        if op.name == "hbir.constant":
+            return _CONSTANT
+        if op.name == "hbir.concat" and EXACT not in op.attributes:
+            # pieces of one tensor put back together (torch.roll)
+            grids = {_producer_grid(v) for v in op.operands}
+            return grids.pop() if len(grids) == 1 else None
+        if not _keeps_grid(op) or not op.operands:
+            return None
+        value = op.operands[0]
+    return None
+
+
+def _consumer_grid(value: SSAValue):
+    """The grid ``value`` is rounded onto: forward through single-use
+    grid-keeping ops (a fused relu) to a fake quantization; None when unknown."""
+    for _ in range(64):
+        uses = list(value.uses)
+        if len(uses) != 1:
+            return None
+        op = uses[0].operation
+        grid = _fake_quant_grid(op)
+        if grid is not None:
+            return grid
+        if not _keeps_grid(op) or len(op.results) != 1:
+            return None
+        value = op.results[0]
+    return None
+
+
+def _grid_text(found) -> str:
+    if isinstance(found, tuple):
+        scales = ", ".join(f"{v:g}" for v in found[0])
+        return f"the grid [{scales}] ({found[1]} bits)"
+    return found or "no fake quantization"
+
+
+def _on(scales: tuple[float, ...], bits: int, found) -> bool:
+    want = tuple(float(np.float32(v)) for v in scales)
+    return isinstance(found, tuple) and found == (want, bits)
+
+
+def check_exact(op: Operation) -> None:
+    """A ``qnt.exact`` mark that parses and agrees with the fake quantizations
+    around ``op``: each coded operand's, the weight's and the output's scales and
+    width are those of the fake quantization it comes from / is rounded onto; an
+    input scale of 0 marks a float constant. A disagreeing mark would make qat.bc
+    compute on other grids than convert lowers the op with."""
+    grids = exact(op)
+    if grids is None:
+        return
+    coded = len(grids.in_scales) + (1 if grids.w_scales else 0)
+    if coded > len(op.operands) or (not grids.w_scales and coded != len(op.operands)):
+        raise VerifyException(
+            f"{EXACT} gives {len(grids.in_scales)} input scales"
+            + (" and weight scales" if grids.w_scales else "")
+            + f" for {len(op.operands)} operands"
+        )
+    for i, (scale, bits) in enumerate(zip(grids.in_scales, grids.in_bits, strict=True)):
+        found = _producer_grid(op.operands[i])
+        if scale == 0.0 and isinstance(found, tuple):
+            raise VerifyException(
+                f"{EXACT} calls operand {i} a float constant, but it comes from "
+                f"{_grid_text(found)}"
+            )
+        if scale != 0.0 and not _on((scale,), bits, found):
+            raise VerifyException(
+                f"{EXACT} puts operand {i} on the grid {scale:g} ({bits} bits), but "
+                f"it comes from {_grid_text(found)}"
+            )
+    if grids.w_scales:
+        found = _producer_grid(op.operands[len(grids.in_scales)])
+        if not _on(grids.w_scales, grids.w_bits, found):
+            raise VerifyException(
+                f"{EXACT} weight grid disagrees with the weight operand, which "
+                f"comes from {_grid_text(found)}"
+            )
+    found = _consumer_grid(op.results[0])
+    if not _on((grids.out_scale,), grids.out_bits, found):
+        raise VerifyException(
+            f"{EXACT} puts the result on the grid {grids.out_scale:g} "
+            f"({grids.out_bits} bits), but it is rounded onto {_grid_text(found)}"
+        )
+
+
+# ----------------------------------------------------------------- qnt.inexact
+
+INEXACT = "qnt.inexact"
+
+# Why an op of qat.bc may compute other numbers than its integer lowering in
+# quantized.bc (each cause is listed by convert's advice and named by hbir doctor).
+INEXACT_CAUSES = {
+    "float_validation": (
+        "exported inside float_validation(): qat.bc computes the op in float, "
+        "quantized.bc in its integer lowering"
+    ),
+}
+
+
+def set_inexact(op: Operation, cause: str) -> None:
+    """Name why ``op`` may differ from its integer lowering (``INEXACT_CAUSES``)."""
+    if cause not in INEXACT_CAUSES:
+        raise ValueError(f"unknown {INEXACT} cause {cause!r}")
+    op.attributes[INEXACT] = StringAttr(cause)
+
+
+def inexact(op: Operation) -> str | None:
+    """The named cause of an op marked ``qnt.inexact``, None for other ops."""
+    attr = op.attributes.get(INEXACT)
+    if attr is None:
+        return None
+    if not isinstance(attr, StringAttr) or attr.data not in INEXACT_CAUSES:
+        raise VerifyException(
+            f"{INEXACT} must be one of {sorted(INEXACT_CAUSES)} (a string), got {attr}"
+        )
+    if EXACT in op.attributes:
+        raise VerifyException(f"an op cannot be both {EXACT} and {INEXACT}")
+    return attr.data
+
+
+def check_marks(op: Operation) -> None:
+    """``op``'s ``qnt.exact`` and ``qnt.inexact`` marks, verified."""
+    if EXACT in op.attributes:
+        check_exact(op)
+    if INEXACT in op.attributes:
+        inexact(op)
 
 
 QNT = Dialect(

@@ -6,6 +6,8 @@ sub-passes in ``passes/``), on a clone of the model, verified afterwards.
 
 from __future__ import annotations
 
+import warnings
+
 from xdsl.dialects.builtin import StringAttr
 from xdsl.dialects.func import ReturnOp
 
@@ -14,16 +16,18 @@ from hbir.dialects import make_context
 from hbir.module import Module, require_module
 from hbir.passes.march import March
 
-__all__ = ["March", "convert", "cpu_advice"]
+__all__ = ["March", "convert", "cpu_advice", "inexact_advice"]
 
 
 def convert(qat_bc: Module, march: str | March, advice: bool = False) -> Module:
     """The fixed-point model for ``march`` ("nash-e", "nash-m" or ``hbir.March``).
 
     With ``advice=True`` every op left float (a CPU island) is printed with its
-    location and the reason, one line each. A model that is already converted is
-    refused; one with no fake quantization (a float model) converts with a
-    warning, every op on the CPU.
+    location and the reason, one line each, and so is every op qat.bc marks
+    ``qnt.inexact`` (which convert also announces with a warning: quantized.bc may
+    differ from qat.bc there, for the named cause). A model that is already
+    converted is refused; one with no fake quantization (a float model) converts
+    with a warning, every op on the CPU.
     """
     from hbir.passes.convert import ConvertPass
     from hbir.passes.march import UnknownMarchError, get_march
@@ -33,13 +37,48 @@ def convert(qat_bc: Module, march: str | March, advice: bool = False) -> Module:
         march = get_march(march).name
     except UnknownMarchError as e:
         raise diagnostics.HbirError(str(e)) from None
+    inexact = inexact_advice(qat_bc)
+    if inexact:
+        from hbir.dialects import qnt
+
+        marked = (op for f in qat_bc.functions for op in f.op.walk())
+        causes = sorted({qnt.inexact(op) for op in marked} - {None})
+        warnings.warn(
+            f"convert: {len(inexact)} op(s) of qat.bc are marked qnt.inexact "
+            f"({', '.join(causes)}): quantized.bc may differ from qat.bc there "
+            "(hbir.convert(..., advice=True) lists them)",
+            UserWarning,
+            stacklevel=2,
+        )
     quantized = qat_bc.clone()
     ConvertPass(march).apply(make_context(), quantized.module.op)
     diagnostics.verify(quantized.module.op, filename="after convert")
     if advice:
-        for line in cpu_advice(quantized):
+        for line in cpu_advice(quantized) + inexact:
             print(line)
     return quantized
+
+
+def inexact_advice(qat_bc: Module) -> list[str]:
+    """``<location>: '<op>' (%N of @f) may differ from qat.bc: <cause>`` for every
+    op marked ``qnt.inexact`` (docs/contract.md lists the causes)."""
+    from hbir.dialects import qnt
+    from hbir.dialects.op_ids import op_ids
+
+    lines = []
+    for f in qat_bc.functions:
+        ids = {op: n for n, op in op_ids(f.op).items()}
+        for op in f.op.walk():
+            cause = qnt.inexact(op)
+            if cause is None:
+                continue
+            where, _ = diagnostics.describe_location(op, filename="")
+            where = where or f"@{f.name}"
+            lines.append(
+                f"{where}: '{op.name}' (%{ids.get(op, '?')} of @{f.name}) may "
+                f"differ from qat.bc: {cause} ({qnt.INEXACT_CAUSES[cause]})"
+            )
+    return lines
 
 
 def cpu_advice(quantized: Module) -> list[str]:

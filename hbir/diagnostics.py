@@ -457,6 +457,8 @@ def verify(
             try:
                 op.verify_()
                 _check_types(op)
+                if op.attributes:
+                    _check_marks(op)
             except (VerifyException, DiagnosticException) as e:
                 where, context = describe_location(op, spans, filename, line_offset)
                 message = _message(e, first_line=False)
@@ -474,6 +476,15 @@ def verify(
         raise HbirVerifyError(
             f"{filename}: error: {_message(RecursionError())}"
         ) from None
+
+
+def _check_marks(op: Operation) -> None:
+    """The ``qnt.exact`` / ``qnt.inexact`` marks of ``op`` (the qnt dialect is
+    imported only for a module that has marks: it needs numpy)."""
+    if any(name.startswith("qnt.") for name in op.attributes):
+        from hbir.dialects import qnt
+
+        qnt.check_marks(op)
 
 
 def _check_types(op: Operation) -> None:

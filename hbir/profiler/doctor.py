@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from hbir.dialects import qnt
 from hbir.profiler import nv12
 from hbir.profiler import origin as og
 from hbir.profiler import stages as st
@@ -28,6 +29,8 @@ CAUSES = (
     "graph mismatch",
     "input preprocessing or layout",
     "march limit",
+    # an op qat.bc marks qnt.inexact, with its cause (qnt.INEXACT_CAUSES)
+    *(f"inexact: {cause}" for cause in qnt.INEXACT_CAUSES),
     "tool bug",
 )
 # Torch calls that export or convert may fold away (moves, stubs): their absence
@@ -456,7 +459,7 @@ def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
         if d is None or not (d.atol > 0 or d.mismatch):
             continue
         if b.name == "quantized.bc":
-            cause, detail = _convert_cause(key, d, quantized, fresh)
+            cause, detail = _convert_cause(key, d, quantized, fresh, a.model)
         else:
             cause, detail = (
                 "tool bug",
@@ -478,9 +481,21 @@ def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
     return None
 
 
-def _convert_cause(key, d, quantized, fresh) -> tuple[str, str]:
+def _convert_cause(key, d, quantized, fresh, qat_bc=None) -> tuple[str, str]:
     """Why quantized.bc differs from qat.bc at ``key``."""
+    from hbir.module import Module
     from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
+
+    if isinstance(qat_bc, Module):
+        for op in qat_bc["forward"].op.walk():
+            o = og.origin_of(op)
+            cause = qnt.inexact(op) if o is not None and o.key == key else None
+            if cause is not None:
+                return (
+                    f"inexact: {cause}",
+                    f"{og.key_text(key)} is marked qnt.inexact in qat.bc: "
+                    f"{qnt.INEXACT_CAUSES[cause]}",
+                )
 
     func = quantized["forward"].op
     mine = [op for op in func.walk() if (o := og.origin_of(op)) and o.key == key]

@@ -26,6 +26,7 @@ from hbir.quantization import qat_modules as qat
 from hbir.quantization import stubs
 from hbir.quantization.dtypes import qint32
 from hbir.quantization.export import Exporter, Unsupported, _is_number_value
+from hbir.quantization.options import current_options, using
 from hbir.quantization.spellings import resolve
 from hbir.runtime import numerics, op_table
 
@@ -127,12 +128,21 @@ def _weight_layer(op_builder):
     return build
 
 
-def _exact_if(mod: nn.Module, op: Operation) -> Operation:
+def _exact_if(mod: nn.Module, op: Operation, *args) -> Operation:
     """Mark ``op`` ``qnt.exact`` when the module's VALIDATION forward is the
-    fixed-point one (its ``fixed_point_grids``)."""
-    grids = getattr(mod, "fixed_point_grids", lambda: None)()
+    fixed-point one (its ``fixed_point_grids(*args)``); ``qnt.inexact`` when it
+    would be but ``float_validation()`` made it float (convert lowers it to the
+    integer pipeline all the same: the two may differ)."""
+    grids_of = getattr(mod, "fixed_point_grids", None)
+    if grids_of is None:
+        return op
+    grids = grids_of(*args)
     if grids is not None:
         qnt.set_exact(op, grids)
+    elif not current_options().fixed_point_validation:
+        with using(fixed_point_validation=True):
+            if grids_of(*args) is not None:
+                qnt.set_inexact(op, "float_validation")
     return op
 
 
@@ -185,7 +195,7 @@ def _affine(ex: Exporter, node: fx.Node):
     b = _bias(ex, mod, mod.exact, shape)
     if mod.exact:
         x, w = ex.cast(x, torch.float64), ex.cast(w, torch.float64)
-    y = ex.emit(hb.MulOp(x, w))
+    y = ex.emit(_exact_if(mod, hb.MulOp(x, w), len(x_shape)))
     if b is not None:
         y = ex.emit(hb.AddOp(y, b))
     return _output(ex, mod, y, dtype)
@@ -275,6 +285,7 @@ def _binary_module(ex: Exporter, node: fx.Node):
     mod = _module(ex, node)
     a, b = (_value_or_number(ex, v) for v in node.args[:2])
     a, b = _inputs(ex, mod, [a, b])
+    operands = (a, b)
     like = a if not _is_number_value(a) else b
     dtype = ex.dtype(like)
     numbers = [_is_number_value(v) for v in (a, b)]
@@ -302,7 +313,7 @@ def _binary_module(ex: Exporter, node: fx.Node):
         )
     elif getattr(mod, "exact", False):
         a, b = ex.cast(a, torch.float64), ex.cast(b, torch.float64)
-    y = ex.emit(_BINARY_OPS[type(mod)](a, b))
+    y = ex.emit(_exact_if(mod, _BINARY_OPS[type(mod)](a, b), *operands))
     return _output(ex, mod, y, dtype)
 
 
@@ -333,10 +344,7 @@ def _cat_module(ex: Exporter, node: fx.Node):
             _reshaped(ex, t, (*hb.shape_of(t)[:dim], 1, *hb.shape_of(t)[dim:]))
             for t in tensors
         ]
-    concat = hb.ConcatOp(tensors, dim)
-    grids = mod.fixed_point_grids(len(tensors))
-    if grids is not None:
-        qnt.set_exact(concat, grids)
+    concat = _exact_if(mod, hb.ConcatOp(tensors, dim), len(tensors))
     return _output(ex, mod, ex.emit(concat))
 
 
@@ -358,7 +366,8 @@ def _reduce_module(op_cls):
         rank = len(hb.shape_of(x))
         dims = range(rank) if mod.dim is None else mod.dim
         dims = [dims] if isinstance(dims, int) else list(dims)
-        return _output(ex, mod, ex.emit(op_cls(x, dims, bool(mod.keepdim))), dtype)
+        op = _exact_if(mod, op_cls(x, dims, bool(mod.keepdim)))
+        return _output(ex, mod, ex.emit(op), dtype)
 
     return build
 
@@ -759,9 +768,7 @@ def _resize_module(ex: Exporter, node: fx.Node):
         scales,
         weight_bits=numerics.BILINEAR_BITS,
     )
-    if grids is not None:
-        qnt.set_exact(y, grids)
-    return _output(ex, mod, ex.emit(y), dtype)
+    return _output(ex, mod, ex.emit(_exact_if(mod, y)), dtype)
 
 
 def _pair_float(v):

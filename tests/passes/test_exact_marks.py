@@ -5,12 +5,14 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, f32, i64
 from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import VerifyException
 
 import hbir
 from hbir.dialects import make_context, qnt
 from hbir.dialects.op_ids import op_ids
+from hbir.errors import HbirVerifyError
 from hbir.passes import get_all_passes
 from hbir.quantization import (
     DeQuantStub,
@@ -99,3 +101,87 @@ def test_a_malformed_mark_is_a_verify_error(qat_bc):
     )
     with pytest.raises(VerifyException, match="needs exactly the entries"):
         qnt.exact(conv)
+
+
+def _with_mark(m: hbir.Module, name: str, change) -> str:
+    """The text of ``m`` with the mark of its first ``name`` op changed."""
+    edited = m.clone()
+    op = next(op for op in _ops(edited) if op.name == name)
+    fields = dict(op.attributes[qnt.EXACT].data)
+    change(fields)
+    op.attributes[qnt.EXACT] = DictionaryAttr(fields)
+    return edited.module.get_asm()
+
+
+def _f32(*values):
+    return DenseArrayBase.from_list(f32, list(values))
+
+
+def _scaled(fields, key, factor):
+    values = [v * factor for v in fields[key].get_values()]
+    fields[key] = _f32(*values)
+
+
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        ("hbir.conv2d", lambda f: _scaled(f, "input", 1.5), r"puts operand 0 on the"),
+        ("hbir.conv2d", lambda f: _scaled(f, "output", 2.0), r"puts the result on the"),
+        (
+            "hbir.conv2d",
+            lambda f: f.update(output_bits=IntegerAttr(16, 64)),
+            r"puts the result on the grid .* \(16 bits\)",
+        ),
+        ("hbir.conv2d", lambda f: _scaled(f, "weight", 1.01), r"weight grid disagrees"),
+        (
+            "hbir.conv2d",
+            lambda f: f.update(weight=_f32(*f["weight"].get_values()[:-1])),
+            r"weight grid disagrees",
+        ),
+        ("hbir.conv2d", lambda f: _scaled(f, "input", -1.0), r"positive and finite"),
+        (
+            "hbir.conv2d",
+            lambda f: f.update(input_bits=DenseArrayBase.from_list(i64, [8, 8])),
+            r"one width \(8, 16 or 32\) per input scale",
+        ),
+        (
+            "hbir.add",
+            lambda f: f.update(input=_f32(0.0, 0.0)),
+            r"calls operand 0 a float constant",
+        ),
+    ],
+    ids=[
+        "input scale",
+        "output scale",
+        "output bits",
+        "weight scales",
+        "weight count",
+        "negative",
+        "bits count",
+        "constant",
+    ],
+)
+def test_a_mark_that_lies_is_a_located_error_at_load(qat_bc, name, change, message):
+    """qnt.exact is verified, not trusted: its grids must be those of the fake
+    quantizations around its op (a lie would make qat.bc compute on other grids
+    than convert lowers with)."""
+    m, _ = qat_bc
+    text = _with_mark(m, name, change)
+    with pytest.raises(HbirVerifyError, match=message) as error:
+        hbir.Module.parse(text, "qat_modified.bc")
+    line = int(str(error.value).split(":")[1])
+    assert name in text.splitlines()[line - 1]  # located at the marked op
+
+
+def test_an_unknown_or_contradicting_inexact_mark_is_refused(qat_bc):
+    m, _ = qat_bc
+    text = m.module.get_asm()
+    conv = next(line for line in text.splitlines() if "hbir.conv2d" in line)
+    unknown = conv.replace("qnt.exact = {", 'qnt.inexact = "luck", qnt.exact = {')
+    with pytest.raises(HbirVerifyError, match="qnt.inexact must be one of"):
+        hbir.Module.parse(text.replace(conv, unknown))
+    both = conv.replace(
+        "qnt.exact = {", 'qnt.inexact = "float_validation", qnt.exact = {'
+    )
+    with pytest.raises(HbirVerifyError, match="cannot be both"):
+        hbir.Module.parse(text.replace(conv, both))

@@ -6,13 +6,27 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import zoo
 import zoo_stages
+from torch import nn
 
 import hbir
+from hbir.dialects import qnt
 from hbir.profiler import diagnose
 from hbir.profiler.doctor import CAUSES
 from hbir.profiler.origin import origin_of
+from hbir.quantization import (
+    DeQuantStub,
+    FakeQuantState,
+    QuantStub,
+    export,
+    float_validation,
+    get_qconfig,
+    prepare,
+    qint16,
+    set_fake_quantize,
+)
 
 _spec = importlib.util.spec_from_file_location(
     "profiler_faults", Path(__file__).with_name("faults.py")
@@ -102,8 +116,56 @@ def test_causes_are_the_fixed_list():
         "graph mismatch",
         "input preprocessing or layout",
         "march limit",
+        "inexact: float_validation",
         "tool bug",
     )
+
+
+class WideLinear(nn.Module):
+    """1024 int8 x int8 terms into an int16 output: a float32 forward rounds the
+    sum, the integer pipeline does not."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.fc = nn.Linear(1024, 64)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.fc(self.quant(x)))
+
+
+def test_an_export_inside_float_validation_is_a_named_cause_everywhere(tmp_path):
+    """float_validation() makes qat.bc's ops float: each is marked qnt.inexact
+    (kept by save / load), convert warns and lists them, the doctor names it."""
+    torch.manual_seed(0)
+    batches = [(torch.randn(8, 1024),) for _ in range(3)]
+    qconfig = get_qconfig(out_dtype=qint16)
+    qat = prepare(WideLinear().eval(), batches[0], qconfig, out_dir=tmp_path)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for b in batches:
+            qat(*b)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    with float_validation():
+        qat_bc = export(qat, batches[0])
+    hbir.save(qat_bc, tmp_path / "qat.bc")
+    qat_bc = hbir.load(tmp_path / "qat.bc")
+    marked = [op for op in qat_bc.module.op.walk() if qnt.INEXACT in op.attributes]
+    assert [op.name for op in marked] == ["hbir.linear"]
+    assert qnt.inexact(marked[0]) == "float_validation"
+    with pytest.warns(UserWarning, match=r"1 op\(s\) of qat.bc are marked qnt.inexact"):
+        quantized = hbir.convert(qat_bc, "nash-e")
+    advice = hbir.conversion.inexact_advice(qat_bc)
+    assert len(advice) == 1 and "'hbir.linear'" in advice[0]
+    assert "float_validation" in advice[0]
+    with float_validation(), pytest.warns(UserWarning):
+        d = diagnose(qat, batches, qat_bc=qat_bc, quantized_bc=quantized)
+    assert d.finding is not None and d.finding.cause == "inexact: float_validation"
+    # outside float_validation() the same model is exact, with no mark
+    exact = export(qat, batches[0])
+    assert not any(qnt.INEXACT in op.attributes for op in exact.module.op.walk())
+    assert diagnose(qat, batches).finding is None
 
 
 def test_empty_data_is_refused(tmp_path):
