@@ -164,3 +164,59 @@ def test_a_compiler_bug_leaves_feed_working_and_says_so(tmp_path, monkeypatch):
     assert fast_feed.engine(quantized).startswith("plan (compile failed")
     want = quantized[0].feed(feed, reference=True)
     assert got["_output_0"].tobytes() == want["_output_0"].tobytes()
+
+
+class _FloatHead(nn.Module):
+    """A backbone conv and a head (conv, residual scale, layer norm, attention,
+    gelu, mean, sigmoid) that bc_editor keeps in float."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.c1, self.c2 = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, 1, 1)
+        self.ln, self.fc, self.c3 = (
+            nn.LayerNorm(16),
+            nn.Linear(16, 16),
+            nn.Conv2d(16, 4, 1),
+        )
+
+    def forward(self, x):
+        y = F.relu(self.c1(self.quant(x)))
+        z = self.c2(y) * 0.5 + y
+        t = z.flatten(2).transpose(1, 2)
+        a = torch.softmax(self.fc(self.ln(t)) @ t.transpose(1, 2), -1) @ t
+        w = a.transpose(1, 2).reshape(z.shape) + z.mean((2, 3), keepdim=True)
+        return self.dequant(torch.sigmoid(self.c3(F.gelu(w))))
+
+
+def test_a_head_kept_in_float_is_bit_identical_in_model_hbm(tmp_path):
+    """Float CPU islands compute the same float operations in the same order in
+    the interpreter, quantized.bc's fast feed and model.hbm: every fake quant
+    after the backbone conv removed (bc_editor's float fallback), outputs equal
+    to the bit."""
+    import re
+
+    from hbir.passes.remove_fake_quant import parse_ids, remove_fake_quants
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(1, 3, 8, 8) for _ in range(3)]
+    qat_bc = export(validated(_FloatHead(), inputs, tmp_path), (inputs[0],))
+    asm = qat_bc.module.get_asm()
+    ids = [int(n) for n in re.findall(r'%(\d+) = "qnt.const_fake_quant"', asm)]
+    removed = remove_fake_quants(qat_bc.module.op, parse_ids(ids[3:]))
+    assert len(removed) > 10
+    quantized = hbir.convert(qat_bc, "nash-e")
+    hbir.compile(quantized, str(tmp_path / "model.hbm"), "nash-e")
+    hbm = hbir.load(str(tmp_path / "model.hbm"))
+    for x in inputs:
+        feed = {"_input_0": x.numpy()}
+        want = _outputs(qat_bc["forward"].feed(feed, reference=True))
+        engines = {
+            "quantized.bc": quantized["forward"].feed(feed, reference=True),
+            "feed": quantized[0].feed(feed),
+            "model.hbm": hbm["forward"].feed(feed),
+        }
+        for engine, result in engines.items():
+            got = _outputs(result)
+            for w, g in zip(want, got, strict=True):
+                assert w.tobytes() == g.tobytes(), f"{engine} differs from qat.bc"

@@ -70,6 +70,10 @@ MODELS: dict[str, tuple[dict, int, str]] = {
     "lcnet_050": ({}, 64, ""),
     "densenet121": ({}, 64, ""),
     "edgenext_xx_small": ({}, 64, ""),
+    # convolutional position encodings shared by its blocks (one module called
+    # at several places): 28 LSB at qat.bc -> quantized.bc before every call got
+    # its own QAT module
+    "coat_lite_tiny": ({"img_size": 64}, 64, "img_size=64"),
 }
 
 
