@@ -44,7 +44,7 @@ from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 from hbir.dialects.hbir import Value, i64_attr, ints, is_float, shape_of, tensor_type
-from hbir.runtime import numerics
+from hbir.runtime import numerics, op_table
 
 
 def _check_axis(op: IRDLOperation, axis: IntegerAttr | None, count: int) -> int | None:
@@ -446,18 +446,21 @@ def exact(op: Operation) -> numerics.Grids | None:
     )
 
 
-# The ops through which a value keeps its grid (the codes move or are selected),
-# followed from a marked op to the fake quantizations around it.
+# The ops through which a value keeps its grid: the op table's moves (codes
+# moved or selected) and clamps, and the float island edge; followed from a
+# marked op to the fake quantizations around it.
 _GRID_KEEPING = frozenset(
-    {"hbir.cast", "hbir.flip", "hbir.max_pool2d", "hbir.pad", "hbir.reduce_max"}
-    | {"hbir.reshape", "hbir.slice", "hbir.split", "hbir.transpose", "hbir.relu"}
-    | {"hbir.clip", "qnt.barrier"}
-)
+    e.hbir
+    for e in op_table.OPS
+    if e.hbir and e.lowering in (op_table.MOVE, op_table.CLAMP)
+) | {"qnt.barrier"}
 
 
 def _keeps_grid(op: Operation) -> bool:
-    if op.name == "hbir.resize2d":
+    if op.name == "hbir.resize2d":  # a move when nearest, an average when bilinear
         return op.mode.data == "nearest"
+    if op.name == "hbir.concat":  # several inputs: see _producer_grid
+        return False
     return op.name in _GRID_KEEPING
 
 
