@@ -33,7 +33,7 @@ from torch import fx, nn
 
 # Tensor factories traced as nodes: a tensor made inside forward is a graph value.
 FACTORIES = ("zeros", "ones", "full", "empty")
-FACTORIES += ("zeros_like", "ones_like", "full_like", "empty_like")
+FACTORIES += ("zeros_like", "ones_like", "full_like", "empty_like", "tensor")
 FACTORY_META = "hbir_factory"
 SHAPE_META = "hbir_shape"  # a tensor node's shape on the example inputs
 

@@ -122,10 +122,14 @@ class _ConcreteProxy(fx.Proxy):
         return iter([self[i] for i in range(len(self._not_tensor("iterating x")))])
 
     def _not_tensor(self, what: str):
-        """A tuple of sizes or outputs; a tensor's first dim is its batch size,
-        which training changes, so ``len``/iteration over a tensor is refused."""
+        """A tuple of sizes or outputs, or a tensor whose first dim cannot be the
+        batch (``q, k, v = qkv`` along a dim of 3): ``len`` / iteration over a
+        tensor whose first dim has an example input's batch size is refused, since
+        training changes it."""
         value = _real(self)
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and (
+            value.dim() == 0 or value.shape[0] in self.tracer.batch_sizes
+        ):
             raise fx.proxy.TraceError(
                 f"{what} on a tensor reads its batch size, which differs between "
                 "calls: use x.shape[0] or x.unbind(0)"
@@ -160,9 +164,19 @@ class ConcreteTracer(HbirTracer):
     stochastic depth) are traced into, since their shape logic is concrete here.
     """
 
+    # A buffer is a graph value too (``self.pos.expand(x.shape[0], -1, -1)``: a
+    # plain tensor's method cannot take traced sizes).
+    proxy_buffer_attributes = True
+
     def __init__(self, example_inputs: tuple) -> None:
         super().__init__()
         self._inputs = iter(example_inputs)
+        # the first dims of the example inputs: what a batch dim looks like
+        self.batch_sizes = {
+            x.shape[0]
+            for x in example_inputs
+            if isinstance(x, torch.Tensor) and x.dim() > 0
+        }
         self._computing = 0  # > 0 while running the model for a node's value
 
     def call_module(self, m, forward, args, kwargs):

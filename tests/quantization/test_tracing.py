@@ -1,14 +1,17 @@
 """Tracing helpers: user source lines and positions, recorded values."""
 
+import copy
 import os
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
 from hbir.quantization import QuantStub
 from hbir.quantization.tracing import (
     SOURCE_POSITION,
+    PrepareError,
     record_values,
     set_source_root,
     source_location,
@@ -189,3 +192,112 @@ def test_prepare_keeps_the_source_positions(tmp_path):
     fc = next(n for n in qat.graph.nodes if n.target == "fc")
     line, text = _line_of("return self.fc(self.quant(x))")
     assert source_location(fc)[1:] == (line, text.index("self.fc") + 1)
+
+
+# ---------------------------------------------------------------- real-model idioms
+
+
+class BufferExpand(nn.Module):
+    """BERT / ConViT: a buffer expanded to traced sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.register_buffer("pos", torch.randn(1, 4, 8))
+
+    def forward(self, x):
+        return self.fc(x + self.pos.expand(x.shape[0], -1, -1))
+
+
+class UnpackQkv(nn.Module):
+    """``q, k, v = qkv`` along a dim of 3 (not the batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        qkv = self.qkv(x).reshape(x.shape[0], 4, 3, 8).permute(2, 0, 1, 3)
+        q, k, v = qkv
+        return (q @ k.transpose(-1, -2)).softmax(-1) @ v
+
+
+class ShiftedWindowMask(nn.Module):
+    """torchvision's Swin: a mask built by item assignment on zeros of fixed size."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        mask = torch.zeros((1, 4, 2, 1))
+        count = 0
+        for h in (slice(0, 2), slice(2, 4)):
+            for w in (slice(0, 1), slice(1, 2)):
+                mask[:, h, w, :] = count
+                count += 1
+        return self.fc(x) + mask.reshape(1, 1, 8)
+
+
+class SharedGroupNorm(nn.Module):
+    """torchvision's FCOS head: one GroupNorm applied to two levels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 8)
+        self.down = nn.Conv2d(8, 8, 3, 2, 1)
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], 8, 2, 2).repeat(1, 1, 2, 2)
+        a, b = self.gn(self.conv(x)), self.gn(self.conv(self.down(x) * 3))
+        return torch.cat([a.flatten(1), b.flatten(1)], 1)
+
+
+class TensorOfSizes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        sizes = torch.tensor([x.shape[1], x.shape[2]], dtype=torch.float32)
+        return self.fc(x) / sizes.max()
+
+
+IDIOMS = [BufferExpand, UnpackQkv, ShiftedWindowMask, SharedGroupNorm, TensorOfSizes]
+
+
+@pytest.mark.parametrize("cls", IDIOMS, ids=lambda c: c.__name__)
+def test_real_model_idioms_trace_and_stay_exact_to_quantized_bc(cls, tmp_path):
+    import numpy as np
+    from zoo_stages import validated
+
+    import hbir
+    from hbir.quantization import export
+
+    torch.manual_seed(0)
+    model = cls().eval()
+    inputs = [torch.randn(2, 4, 8) for _ in range(3)]
+    gm = trace(copy.deepcopy(model), (inputs[0],))
+    with torch.no_grad():
+        torch.testing.assert_close(gm(inputs[1]), model(inputs[1]), rtol=0, atol=0)
+    qat = validated(model, inputs, tmp_path)
+    qat_bc = export(qat, (inputs[0],))
+    quantized = hbir.convert(qat_bc, "nash-e")
+    for x in inputs:
+        with torch.no_grad():
+            want = qat(x).numpy()
+        feed = {"_input_0": x.numpy()}
+        (got_bc,) = qat_bc["forward"].feed(feed, reference=True).values()
+        (got_q,) = quantized["forward"].feed(feed, reference=True).values()
+        np.testing.assert_array_equal(got_bc, want)
+        np.testing.assert_array_equal(got_q, got_bc)
+
+
+def test_iterating_over_the_batch_dim_is_still_refused():
+    class OverBatch(nn.Module):
+        def forward(self, x):
+            return torch.stack([row * 2 for row in x])
+
+    with pytest.raises(PrepareError, match="reads its batch size"):
+        trace(OverBatch(), (torch.randn(2, 4),))
