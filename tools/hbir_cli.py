@@ -99,15 +99,16 @@ def main(args: Sequence[str] | None = None) -> None:
     from hbir import HbirError
 
     try:
-        import hbir
         from hbir.profiler import diagnose
         from hbir.profiler.doctor import load_inputs, load_qat_model
 
         qat = load_qat_model(ns.qat)
         data = load_inputs(ns.data)
-        qat_bc = hbir.load(ns.qat_bc) if ns.qat_bc else None
-        quantized = hbir.load(ns.quantized_bc) if ns.quantized_bc else None
-        nv12 = hbir.load(ns.nv12_bc) if ns.nv12_bc else None
+        qat_bc = _load_bc(ns.qat_bc, "--qat-bc") if ns.qat_bc else None
+        quantized = (
+            _load_bc(ns.quantized_bc, "--quantized-bc") if ns.quantized_bc else None
+        )
+        nv12 = _load_bc(ns.nv12_bc, "--nv12-bc") if ns.nv12_bc else None
         planes = load_inputs(ns.nv12_data) if ns.nv12_data else None
         result = diagnose(
             qat,
@@ -133,15 +134,14 @@ def _bisect(ns) -> None:
     from hbir import HbirError
 
     try:
-        import hbir
         from hbir.profiler import bisect_float_fallback
         from hbir.profiler.bisect import hbir_outputs, reference_outputs
         from hbir.profiler.doctor import load_inputs, load_qat_model
 
         data = load_inputs(ns.data)
-        qat_bc = hbir.load(ns.qat_bc)
-        if ns.reference.endswith(".bc"):
-            reference_model = hbir.load(ns.reference)
+        qat_bc = _load_bc(ns.qat_bc, "--qat-bc")
+        if ns.reference.endswith((".bc", ".mlir", ".hbm")):
+            reference_model = _load_bc(ns.reference, "--reference")
         else:
             reference_model = load_qat_model(ns.reference)
         reference = reference_outputs(reference_model, data)
@@ -158,6 +158,21 @@ def _bisect(ns) -> None:
         print(f"hbir bisect: error: {e}", file=sys.stderr)
         sys.exit(1)
     print(found.text())
+
+
+def _load_bc(path: str, flag: str):
+    """The hbir model (a ``.bc`` / ``.mlir``) ``flag`` names; a compiled
+    ``model.hbm`` is refused by name (these tools edit and convert ``.bc``)."""
+    import hbir
+    from hbir.diagnostics import HbirFileError
+
+    model = hbir.load(path)
+    if not isinstance(model, hbir.Module):
+        raise HbirFileError(
+            f"{flag} {path}: a compiled model ({type(model).__name__}, model.hbm); "
+            f"{flag} takes a .bc (qat.bc, quantized.bc)"
+        )
+    return model
 
 
 if __name__ == "__main__":

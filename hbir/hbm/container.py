@@ -37,7 +37,7 @@ import numpy as np
 
 from hbir.errors import HbirOutputError
 from hbir.hbm import verify
-from hbir.hbm.errors import HbmFormatError
+from hbir.hbm.errors import HbmFormatError, HbmWriteError
 from hbir.runtime.hbm_opcodes import BY_NUMBER
 from hbir.runtime.hbm_program import (
     Buffer,
@@ -174,14 +174,8 @@ def constant_bytes(fn: FunctionCode) -> bytes:
         b.id: np.ascontiguousarray(fn.constants[b.id]).view(np.uint8).reshape(-1)
         for b in const
     }
-    for b in const:
+    for b in const:  # (overlaps agree: verify.verify_constants)
         blob[b.offset : b.offset + raws[b.id].size] = raws[b.id]
-    for b in const:  # two constants placed over the same bytes must agree
-        if not np.array_equal(blob[b.offset : b.offset + raws[b.id].size], raws[b.id]):
-            raise ValueError(
-                f"function '{fn.name}': const buffer %{b.id} overlaps another "
-                "constant with different bytes"
-            )
     return blob.tobytes()
 
 
@@ -237,12 +231,12 @@ def _refuse(place: verify.Place, what: str) -> NoReturn:
         kind = f"{kind} {where[1]} of function {where[0]}"
     elif where:
         kind = f"function {where[0]}"
-    raise ValueError(f"cannot write this program: {kind}: {what}")
+    raise HbmWriteError(f"cannot write this program: {kind}: {what}")
 
 
 def to_bytes(program: Program) -> bytes:
-    """The ``.hbm`` bytes of ``program`` (a ``ValueError`` if it breaks a rule of
-    ``verify.py``: CPU islands are not re-parsed here, the loader parses them)."""
+    """The ``.hbm`` bytes of ``program`` (an ``HbmWriteError`` if it breaks a rule
+    of ``verify.py``: CPU islands are not re-parsed here, the loader parses them)."""
     if program.version != VERSION:
         _refuse(("program",), f"version {program.version}: this hbir writes {VERSION}")
     march = program.march.encode("utf-8")

@@ -6,7 +6,7 @@ the bad value starts; a text form's error names the line and column.
 
 from __future__ import annotations
 
-from hbir.errors import HbirFileError, HbirParseError
+from hbir.errors import HbirError, HbirFileError, HbirParseError
 
 
 class HbmFormatError(HbirFileError):
@@ -24,3 +24,9 @@ class HbmTextError(HbirParseError):
     def __init__(self, name: str, line: int, column: int, what: str):
         self.line, self.column, self.what = line, column, what
         super().__init__(f"{name}:{line}:{column}: error: {what}")
+
+
+class HbmWriteError(HbirError, ValueError):
+    """A program the writer refuses (it breaks a rule of ``verify.py``): named
+    by the instruction, buffer or function. Programs from the compiler or the
+    assembler never raise it: both verify with the same rules first."""

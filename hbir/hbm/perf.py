@@ -174,7 +174,7 @@ def hbm_perf(model: str | os.PathLike, output_dir: str | os.PathLike = ".") -> d
     ``<output_dir>/<model>.json`` and ``<output_dir>/<model>.html`` (a per-layer
     bar chart, no network needed) and returns the JSON's content."""
     import hbir
-    from hbir.errors import HbirFileError
+    from hbir.errors import HbirFileError, HbirOutputError
 
     path = os.fspath(model)
     if not path.endswith(".hbm"):
@@ -185,11 +185,14 @@ def hbm_perf(model: str | os.PathLike, output_dir: str | os.PathLike = ".") -> d
     stem = os.path.splitext(os.path.basename(path))[0]
     data = report(stem, hbm.march, costs)
     out = os.fspath(output_dir)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{stem}.json"), "w") as f:
-        json.dump(data, f, indent=1)
-    with open(os.path.join(out, f"{stem}.html"), "w") as f:
-        f.write(render_html(data))
+    try:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, f"{stem}.json"), "w") as f:
+            json.dump(data, f, indent=1)
+        with open(os.path.join(out, f"{stem}.html"), "w") as f:
+            f.write(render_html(data))
+    except OSError as e:
+        raise HbirOutputError(out, "hbm_perf's report (output_dir=)", e) from None
     for cost in costs:
         which = f"@{cost.name}: " if len(costs) > 1 else ""
         print(

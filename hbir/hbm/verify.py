@@ -152,17 +152,27 @@ def verify_buffers(fn: FunctionCode, fail: Fail) -> None:
                 f"bytes {buf.offset}..{buf.offset + buf.size} are outside the "
                 f"{buf.space} arena of {arena[buf.space]} bytes",
             )
+    # the constants section spans up to the end of its last buffer
+    const_extent = max(
+        (b.offset + b.size for b in fn.buffers.values() if b.space == "const"),
+        default=0,
+    )
     total = (
         arena["ddr"]
         + arena["sram"]
-        + sum(b.size for b in fn.buffers.values() if b.space in ("io", "const"))
+        + sum(b.size for b in fn.buffers.values() if b.space == "io")
+        + const_extent
     )
     if total > MEMORY_BUDGET:
-        big = max(fn.buffers.values(), key=lambda b: b.size, default=None)
+        # what a buffer adds: its size; a constant, up to its end in the section
+        def weight(b):
+            return b.offset + b.size if b.space == "const" else b.size
+
+        big = max(fn.buffers.values(), key=weight, default=None)
         fail(
             ("function",) if big is None else ("buffer", big.id),
             f"the function's buffers take {total} bytes (the largest: %"
-            f"{getattr(big, 'id', '?')}, {getattr(big, 'size', 0)} bytes in "
+            f"{getattr(big, 'id', '?')}, {weight(big) if big else 0} bytes in "
             f"{getattr(big, 'space', '?')}), above the {MEMORY_BUDGET}-byte budget",
         )
     for space, peak in arena.items():
@@ -207,6 +217,35 @@ def verify_constants(fn: FunctionCode, fail: Fail) -> None:
     for key in fn.constants:
         if key not in fn.buffers or fn.buffers[key].space != "const":
             fail(("function",), f"constant %{key} has no const buffer")
+    _verify_constant_overlaps(fn, fail)
+
+
+def _verify_constant_overlaps(fn: FunctionCode, fail: Fail) -> None:
+    """Constants share bytes of the constants section only where they agree (the
+    file holds each byte once: different bytes would not read back)."""
+    placed = sorted(
+        (b.offset, b.offset + fn.constants[b.id].nbytes, b.id)
+        for b in fn.buffers.values()
+        if b.space == "const"
+    )
+    active: list[tuple[int, int, int]] = []  # placed earlier, not ended yet
+    for start, end, key in placed:
+        active = [a for a in active if a[1] > start]
+        for a_start, a_end, other in active:
+            lo, hi = start, min(end, a_end)
+            mine = _raw(fn.constants[key])[: hi - lo]
+            theirs = _raw(fn.constants[other])[lo - a_start : hi - a_start]
+            if not np.array_equal(mine, theirs):
+                fail(
+                    ("buffer", key),
+                    f"const buffer %{key} overlaps const buffer %{other} (bytes "
+                    f"{lo}..{hi}) with different bytes",
+                )
+        active.append((start, end, key))
+
+
+def _raw(value: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(value).view(np.uint8).reshape(-1)
 
 
 def _verify_desc(desc: TensorDesc, buffer: Buffer | None, fail: Callable) -> None:

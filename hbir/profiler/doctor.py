@@ -629,17 +629,39 @@ def _finding(a, b, key, cause, detail, lsb, comp, ids, func) -> Finding:
     )
 
 
-def load_inputs(path: str) -> list[tuple]:
-    """Input batches from a ``torch.save`` file: a tensor (one batch), a tuple of
-    tensors (one batch of a multi-input model), or a list of those."""
+def _torch_load(path: str, what: str, weights_only: bool):
+    """``torch.load(path)``; any failure is a ``HbirFileError`` naming the file
+    (the only cause is its content: not a ``torch.save`` file, or another kind)."""
     import torch
 
     from hbir.diagnostics import HbirFileError
 
     try:
-        value = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError) as e:
-        raise HbirFileError(f"{path}: cannot read input batches: {e}") from None
+        return torch.load(path, weights_only=weights_only)
+    except OSError as e:
+        raise HbirFileError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise HbirFileError(
+            f"{path}: cannot read {what}: not a torch.save file of one "
+            f"({type(e).__name__}: {first[:200]})"
+        ) from None
+
+
+def load_inputs(path: str) -> list[tuple]:
+    """Input batches from a ``torch.save`` file: a tensor (one batch), a tuple of
+    tensors (one batch of a multi-input model), or a list of those; or a ``.npy``
+    array (one batch)."""
+    import torch
+
+    from hbir.diagnostics import HbirFileError
+
+    if str(path).endswith(".npy"):
+        try:
+            return [(torch.from_numpy(np.load(path, allow_pickle=False)),)]
+        except (OSError, ValueError, TypeError) as e:
+            raise HbirFileError(f"{path}: cannot read input batches: {e}") from None
+    value = _torch_load(path, "input batches", weights_only=True)
     if isinstance(value, torch.Tensor):
         return [(value,)]
     if isinstance(value, tuple):
@@ -654,15 +676,24 @@ def load_inputs(path: str) -> list[tuple]:
 
 def load_qat_model(path: str):
     """A prepared model saved with ``torch.save(qat, "qat.pt")``."""
-    import torch
     from torch import fx
 
     from hbir.diagnostics import HbirFileError
+    from hbir.hbm.container import MAGIC
 
     try:
-        model = torch.load(path, weights_only=False)
-    except (OSError, RuntimeError, EOFError, ModuleNotFoundError) as e:
-        raise HbirFileError(f"{path}: cannot read the QAT model: {e}") from None
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+    except OSError as e:
+        raise HbirFileError(
+            f"{path}: cannot read the QAT model: {e.strerror}"
+        ) from None
+    if head == MAGIC or str(path).endswith((".bc", ".mlir", ".hbm")):
+        raise HbirFileError(
+            f"{path}: an hbir model file, not qat.pt: expected the prepared model "
+            "(torch.save of what hbir.quantization.prepare returned)"
+        )
+    model = _torch_load(path, "the QAT model", weights_only=False)
     if not isinstance(model, fx.GraphModule):
         raise HbirFileError(
             f"{path}: expected the prepared model (torch.save of what "

@@ -168,6 +168,15 @@ def render_html(diagnosis: Diagnosis, root: str = ".") -> str:
 
 def write_report(diagnosis: Diagnosis, out_dir, root: str = ".") -> None:
     """``out_dir/report.json`` and ``out_dir/report.html``."""
+    from hbir.errors import HbirOutputError
+
+    try:
+        _write_report(diagnosis, out_dir, root)
+    except OSError as e:
+        raise HbirOutputError(out_dir, "the doctor's report (out_dir=)", e) from None
+
+
+def _write_report(diagnosis: Diagnosis, out_dir, root: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "report.json"), "w") as f:
         json.dump(diagnosis.to_json(), f, indent=1, default=float)

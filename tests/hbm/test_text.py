@@ -195,13 +195,23 @@ def test_unexpected_end_is_located_at_the_end(text):
     assert info.value.line == cut.count("\n") + 1
 
 
-def test_assembler_fuzz(text):
-    """Random edits of the text: a program or a located error, nothing else."""
-    rng = np.random.default_rng(7)
+EXTREMES = ("0", "1", "7", "100", "4096", "2147483648", "4294967295")
+EXTREMES += ("9223372036854775807", "9223372036854775808", "18446744073709551615")
+
+
+def _mutants(text: str, rng, count: int):
+    """Random character edits, and numbers replaced by extreme values (offsets,
+    sizes, ids, peaks: the structure the writer and the loader check)."""
+    import re
+
+    numbers = [m.span() for m in re.finditer(r"\b\d+\b", text)]
     pieces = ["%3", "[", "]", "{", "}", ",", "=", '"', "-1", "0.5", "none", "\n"]
-    refused = 0
-    for _ in range(300):
+    for _ in range(count):
         bad = text
+        if rng.random() < 0.5:
+            start, end = numbers[int(rng.integers(0, len(numbers)))]
+            yield bad[:start] + str(rng.choice(EXTREMES)) + bad[end:]
+            continue
         for _ in range(int(rng.integers(1, 4))):
             at = int(rng.integers(0, len(bad)))
             edit = rng.integers(0, 3)
@@ -211,13 +221,33 @@ def test_assembler_fuzz(text):
                 bad = bad[:at] + str(rng.choice(pieces)) + bad[at:]
             else:
                 bad = bad[:at] + chr(int(rng.integers(32, 127))) + bad[at + 1 :]
+        yield bad
+
+
+@pytest.mark.parametrize("source", ["program", "compiled"])
+def test_what_the_assembler_accepts_the_writer_writes_and_the_loader_reads(
+    text, compiled_program, source
+):
+    """The assembler and the writer agree: a mutated text is a located
+    ``HbmTextError``, or a program that the writer writes and the loader reads
+    back to the same text; nothing else (no ValueError, no MemoryError)."""
+    rng = np.random.default_rng(7)
+    source_text = (
+        text if source == "program" else disassemble(compiled_program("resnet"))
+    )
+    refused = accepted = 0
+    for bad in _mutants(source_text, rng, 300):
         try:
             program = assemble(bad)
         except HbmTextError:
             refused += 1
             continue
-        assert disassemble(assemble(disassemble(program))) == disassemble(program)
-    assert refused > 200
+        accepted += 1
+        listing = disassemble(program)
+        again = container.from_bytes(container.to_bytes(program), "mutant.hbm")
+        assert disassemble(again) == listing
+        assert disassemble(assemble(listing)) == listing
+    assert refused > 100 and accepted > 5
 
 
 def test_a_function_without_code_and_a_program_without_functions():
