@@ -453,18 +453,17 @@ def verify(
     with one name.
     """
     try:
-        for op in module.walk():
-            try:
-                op.verify_()
-                _check_types(op)
-                if op.attributes:
-                    _check_marks(op)
-            except (VerifyException, DiagnosticException) as e:
-                where, context = describe_location(op, spans, filename, line_offset)
-                message = _message(e, first_line=False)
-                raise HbirVerifyError(
-                    f"{where}: error: '{op.name}' op {message}{context}"
-                ) from None
+        # every op's own rules first, then the marks (which read neighbours)
+        for check in (_check_op, _check_marks):
+            for op in module.walk():
+                try:
+                    check(op)
+                except (VerifyException, DiagnosticException) as e:
+                    where, context = describe_location(op, spans, filename, line_offset)
+                    message = _message(e, first_line=False)
+                    raise HbirVerifyError(
+                        f"{where}: error: '{op.name}' op {message}{context}"
+                    ) from None
         try:
             module.verify()
         except (VerifyException, DiagnosticException) as e:
@@ -478,10 +477,15 @@ def verify(
         ) from None
 
 
+def _check_op(op: Operation) -> None:
+    op.verify_()
+    _check_types(op)
+
+
 def _check_marks(op: Operation) -> None:
     """The ``qnt.exact`` / ``qnt.inexact`` marks of ``op`` (the qnt dialect is
     imported only for a module that has marks: it needs numpy)."""
-    if any(name.startswith("qnt.") for name in op.attributes):
+    if op.attributes and any(name.startswith("qnt.") for name in op.attributes):
         from hbir.dialects import qnt
 
         qnt.check_marks(op)
