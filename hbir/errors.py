@@ -38,6 +38,11 @@ class HbirOpError(HbirError):
         return f"{where}: error: '{self.op.name}' op {self.what}"
 
 
+class HbirValueError(HbirError, ValueError):
+    """A wrong option or argument value (an unknown rounding mode, a consistency
+    level out of range, a table count no table can have); also a ValueError."""
+
+
 class HbirOutputError(HbirError, OSError):
     """A file the tools were asked to write cannot be written (a missing folder,
     a file where a folder should be, a name too long, no permission)."""

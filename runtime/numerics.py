@@ -1179,8 +1179,12 @@ _INT64_HEADROOM = 1 << 62
 _INV_TWO_PI = Fraction("0.159154943091895335768883763372514362034459645740456448747667")
 
 
+MAX_NUM_TABLES = 1 << 16  # a table per 16-bit input code: more cannot help
+
+
 def check_num_tables(num_tables: int) -> int:
-    """Validate a LUT ``num_tables`` (a positive multiple of 6) and return it.
+    """Validate a LUT ``num_tables`` (a positive multiple of 6, at most
+    ``MAX_NUM_TABLES``) and return it.
 
     Multiples of 6 keep the reference toolchain's convention for ``num_tables``;
     ``build_lut`` documents what one table (segment) is for each kind.
@@ -1190,9 +1194,11 @@ def check_num_tables(num_tables: int) -> int:
         or not isinstance(num_tables, int | np.integer)
         or num_tables <= 0
         or num_tables % 6
+        or num_tables > MAX_NUM_TABLES
     ):
         raise ValueError(
-            f"num_tables must be a positive multiple of 6, got {num_tables!r}"
+            f"num_tables must be a positive multiple of 6 up to {MAX_NUM_TABLES} "
+            f"(a table per 16-bit input code), got {num_tables!r}"
         )
     return int(num_tables)
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hbir.errors import HbirValueError
 from hbir.quantization.dtypes import qint16
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.observers import FixedScaleObserver
@@ -67,7 +68,7 @@ class LutModule(QATModule):
         try:
             self._num_tables = numerics.check_num_tables(value)
         except ValueError as e:
-            raise ValueError(f"{type(self).__name__}.{e}") from None
+            raise HbirValueError(f"{type(self).__name__}.{e}") from None
 
     def function(self, x: torch.Tensor) -> torch.Tensor:
         """The float function the table approximates."""

@@ -33,6 +33,7 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hbir.errors import HbirValueError
 from hbir.runtime import numerics
 
 __all__ = ["QuantOptions", "current_options", "set_defaults", "using"]
@@ -50,17 +51,17 @@ class QuantOptions:
 
     def __post_init__(self) -> None:
         if self.rounding not in numerics.ROUNDING_MODES:
-            raise ValueError(
+            raise HbirValueError(
                 f"round mode must be one of {numerics.ROUNDING_MODES}, "
                 f"got {self.rounding!r}"
             )
         level = self.consistency_level
         if isinstance(level, bool) or level not in LEVELS:
-            raise ValueError(
+            raise HbirValueError(
                 f"consistency level must be 0, 1, 2 or None, got {level!r}"
             )
         if not isinstance(self.fixed_point_validation, bool):
-            raise ValueError(
+            raise HbirValueError(
                 "fixed_point_validation must be True or False, got "
                 f"{self.fixed_point_validation!r}"
             )

@@ -105,10 +105,13 @@ def test_check_num_tables():
     for good in (6, 12, 126, np.int64(48)):
         assert numerics.check_num_tables(good) == good
     with pytest.raises(
-        ValueError, match="^num_tables must be a positive multiple of 6, got 7$"
+        ValueError,
+        match=r"^num_tables must be a positive multiple of 6 up to 65536 \(a table "
+        r"per 16-bit input code\), got 7$",
     ):
         numerics.check_num_tables(7)
-    for bad in (0, -6, 8, True, 6.0, "6"):
+    assert numerics.check_num_tables(65532) == 65532
+    for bad in (0, -6, 8, True, 6.0, "6", 65538, 2139095040):
         with pytest.raises(ValueError, match="positive multiple of 6"):
             numerics.check_num_tables(bad)
     with pytest.raises(ValueError, match="got 7"):

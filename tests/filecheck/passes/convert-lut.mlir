@@ -43,8 +43,8 @@ func.func @kept(%xq: tensor<4xsi8>) -> (tensor<4xf32>, tensor<4xf32>) {
 
 // Invalid input: a table configuration with num_tables not a multiple of 6 is
 // rejected, located, before the pass runs; nothing is printed.
-// CHECK: convert-lut.mlir:52:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6, got 25
-// INVALID: convert-lut.mlir:52:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6, got 25
+// CHECK: convert-lut.mlir:52:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6 up to 65536 (a table per 16-bit input code), got 25
+// INVALID: convert-lut.mlir:52:3: error: 'hbir.sigmoid' op num_tables must be a positive multiple of 6 up to 65536 (a table per 16-bit input code), got 25
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 func.func @bad_tables(%xq: tensor<4xsi8>) -> tensor<4xf32> {

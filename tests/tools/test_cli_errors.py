@@ -1,0 +1,130 @@
+"""Every user mistake at a command line is one located message and exit status 1
+or 2: the wrong kind of file for an argument, a file that is not what it claims,
+a folder that is a file, an overlapping constant in a hand-edited .hbms. Run in
+process: any exception other than SystemExit fails the test."""
+
+import re
+
+import pytest
+import torch
+from zoo_stages import calibrated
+
+import hbir
+from hbir.hbm import text as hbm_text
+from hbir.quantization import export
+from hbir.tools import hbir_cli, hbir_opt
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    qat, example = calibrated("resnet", d)
+    qat_bc = export(qat, example)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    hbir.save(qat_bc, d / "qat.bc")
+    hbir.save(quantized, d / "quantized.bc")
+    hbm = hbir.compile(quantized, d / "model.hbm")
+    torch.save(qat, d / "qat.pt")
+    torch.save([example], d / "data.pt")
+    (d / "notes.txt").write_text("not a model")
+    (d / "a_file").write_text("x")
+    listing = hbm_text.disassemble(hbm.program)
+    (d / "model.hbms").write_text(listing)
+    return d
+
+
+def _run(main, args, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([str(a) for a in args])
+    err = capsys.readouterr().err
+    return stop.value.code, err
+
+
+CASES = {
+    "doctor --qat model.hbm": (
+        hbir_cli.main,
+        ["doctor", "--qat", "{d}/model.hbm", "--data", "{d}/data.pt"],
+        "an hbir model file, not qat.pt",
+    ),
+    "doctor --data notes.txt": (
+        hbir_cli.main,
+        ["doctor", "--qat", "{d}/qat.pt", "--data", "{d}/notes.txt"],
+        "notes.txt: cannot read input batches: not a torch.save file",
+    ),
+    "doctor --qat-bc model.hbm": (
+        hbir_cli.main,
+        ["doctor", "--qat", "{d}/qat.pt", "--data", "{d}/data.pt", "--qat-bc"]
+        + ["{d}/model.hbm"],
+        "--qat-bc .*model.hbm: a compiled model",
+    ),
+    "doctor --out-dir a_file": (
+        hbir_cli.main,
+        ["doctor", "--qat", "{d}/qat.pt", "--data", "{d}/data.pt", "--out-dir"]
+        + ["{d}/a_file"],
+        "a_file: cannot write the doctor's report",
+    ),
+    "bisect --qat-bc model.hbm": (
+        hbir_cli.main,
+        ["bisect", "--qat-bc", "{d}/model.hbm", "--data", "{d}/data.pt"]
+        + ["--reference", "{d}/qat.pt", "--threshold", "0.1"],
+        "--qat-bc .*model.hbm: a compiled model",
+    ),
+    "bisect --data notes.txt": (
+        hbir_cli.main,
+        ["bisect", "--qat-bc", "{d}/qat.bc", "--data", "{d}/notes.txt"]
+        + ["--reference", "{d}/qat.pt", "--threshold", "0.1"],
+        "not a torch.save file",
+    ),
+    "bisect --reference notes.txt": (
+        hbir_cli.main,
+        ["bisect", "--qat-bc", "{d}/qat.bc", "--data", "{d}/data.pt"]
+        + ["--reference", "{d}/notes.txt", "--threshold", "0.1"],
+        "notes.txt: cannot read the QAT model: not a torch.save file",
+    ),
+    "hbir-opt .hbms -o into a file": (
+        hbir_opt.main,
+        ["{d}/model.hbms", "-o", "{d}/a_file/x.hbm"],
+        "a_file/x.hbm: cannot write the model.hbm file",
+    ),
+    "hbir-opt overlapping constants": (
+        hbir_opt.main,
+        ["{d}/overlap.hbms", "-o", "{d}/overlap.hbm"],
+        r"overlap.hbms:\d+:\d+: error: const buffer %\d+ overlaps const buffer",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_mistake_is_one_located_line(files, case, capsys):
+    main, args, message = CASES[case]
+    listing = (files / "model.hbms").read_text()
+    # a second constant moved onto the first one's bytes
+    consts = [line for line in listing.splitlines() if " const offset " in line]
+    second = consts[1].split(" offset ")[1].split(" ")[0]
+    moved = consts[1].replace(f" offset {second} ", " offset 4 ", 1)
+    (files / "overlap.hbms").write_text(listing.replace(consts[1], moved))
+    code, err = _run(main, [a.format(d=files) for a in args], capsys)
+    assert code in (1, 2), err
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+    assert len(err.strip().splitlines()) <= 3  # (argparse adds its usage line)
+
+
+def test_hbm_perf_into_a_file_is_an_output_error(files):
+    with pytest.raises(hbir.HbirError, match="a_file: cannot write hbm_perf's report"):
+        hbir.hbm_perf(files / "model.hbm", output_dir=files / "a_file")
+
+
+def test_options_out_of_range_are_hbir_errors():
+    from hbir.quantization import ConsistencyStrategy, QuantOptions, set_round_mode
+    from hbir.quantization.lut_modules import Sigmoid
+    from hbir.quantization.qconfig import get_qconfig
+
+    for call in (
+        lambda: ConsistencyStrategy.set_consistency_level(5),
+        lambda: set_round_mode("nearest"),
+        lambda: QuantOptions(fixed_point_validation=1),
+        lambda: setattr(Sigmoid(get_qconfig()), "num_tables", 2139095040),
+    ):
+        with pytest.raises(hbir.HbirError):
+            call()
