@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from hbir.errors import HbirError
+from hbir.errors import HbirError, HbirOutputError
 from hbir.profiler import metrics, tables
 from hbir.profiler import origin as og
 from hbir.profiler.compare import Comparison
@@ -62,6 +62,19 @@ def _is_hbir(model) -> bool:
 
 def _converted(model) -> bool:
     return _is_hbir(model) and model.march is not None
+
+
+def _load_saved(path: str, what: str):
+    """``torch.load`` of a file QuantAnalysis wrote; anything else is a
+    ``QuantAnalysisError`` naming the file."""
+    import torch
+
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as e:
+        raise QuantAnalysisError(
+            f"{path}: cannot read {what}: not a torch.save file ({type(e).__name__})"
+        ) from None
 
 
 class QuantAnalysis:
@@ -93,7 +106,12 @@ class QuantAnalysis:
         self.device_ids = device_ids
         self.post_process = post_process
         self.out_dir = out_dir or "./horizon_quant_analysis"
-        os.makedirs(self.out_dir, exist_ok=True)
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+        except OSError as e:
+            raise HbirOutputError(
+                self.out_dir, "QuantAnalysis' files (out_dir=)", e
+            ) from None
         self.bad_case: tuple | None = None
         self.bad_case_index: int | None = None
         self.bad_info = None
@@ -256,15 +274,20 @@ class QuantAnalysis:
             torch.save(self.bad_info, os.path.join(self.out_dir, "all_badcase_info.pt"))
 
     def load_bad_case(self, filename: str | None = None) -> None:
-        import torch
 
         path = filename or os.path.join(self.out_dir, "badcase.pt")
         if not os.path.exists(path):
             raise QuantAnalysisError(f"load_bad_case: {path} does not exist")
-        self.bad_case = _tuple(torch.load(path, weights_only=False)[0])
+        saved = _load_saved(path, "a bad case")
+        if not isinstance(saved, tuple) or not saved:
+            raise QuantAnalysisError(
+                f"load_bad_case: {path}: not a bad case (save_bad_case writes "
+                f"(inputs, None, None)), got {type(saved).__name__}"
+            )
+        self.bad_case = _tuple(saved[0])
         info = os.path.join(self.out_dir, "all_badcase_info.pt")
         if filename is None and os.path.exists(info):
-            self.bad_info = torch.load(info, weights_only=False)
+            self.bad_info = _load_saved(info, "the bad-case table")
 
     # ------------------------------------------------------------------ per layer
     def _need_bad_case(self, what: str) -> tuple:
