@@ -391,14 +391,20 @@ def parse_module(
         module = parser.parse_module()
     except ParseError as e:
         raise _located(e.span, e.msg, line_offset) from None
-    except (*_BUILD_ERRORS, RecursionError) as e:
+    except (*_BUILD_ERRORS, RecursionError, MemoryError) as e:
         # Raised outside any op (or too deep to locate there): point at the
-        # token the parser stopped on.
+        # token the parser stopped on. (MemoryError: a size xDSL computes with,
+        # such as the range of an integer type of 2**64 bits.)
         if parser is None:
             span = Span(0, 0, Input(text, filename))
         else:
             span = parser._current_token.span
-        raise _located(span, _message(e), line_offset) from None
+        message = (
+            "a value too large to hold (an integer type or size of that many bits)"
+            if isinstance(e, MemoryError)
+            else _message(e)
+        )
+        raise _located(span, message, line_offset) from None
     verify(module, parser.op_spans, filename, line_offset)
     if spans is not None:
         spans.update(parser.op_spans)

@@ -195,3 +195,15 @@ def test_duplicate_input_names_no_longer_feed_the_first_twice():
 def test_constants_of_any_element_type_still_parse():
     # dense_array reads i1 and index constants (tests/dialects/test_hbir.py)
     hbir.Module.parse(body("%c = hbir.constant dense<[true]> : tensor<1xi1>"))
+
+
+def test_an_integer_type_of_2_to_the_64_bits_is_a_located_error():
+    """xDSL computes the range of ``i18446744073709551616`` (a MemoryError):
+    one located error instead, found by a hostile-input campaign."""
+    text = (
+        "func.func @f(%x: tensor<1xf32>) -> tensor<1xf32> {\n"
+        "  %c = hbir.constant dense<1> : tensor<1xi18446744073709551616>\n"
+        "  func.return %x : tensor<1xf32>\n}"
+    )
+    with pytest.raises(hbir.HbirError, match=r"x.mlir:\d+:\d+: error: a value too"):
+        hbir.Module.parse(text, "x.mlir")
