@@ -269,6 +269,38 @@ class SharedLinear(nn.Module):
         return self.fc(self.quant_a(a)) + self.fc(self.quant_b(b))
 
 
+def _validated(model, batches, tmp_path, options=None):
+    """``model`` prepared on ``batches[0]`` (tuples of inputs), calibrated on all
+    of them, in VALIDATION."""
+    qat = prepare(model.eval(), batches[0], out_dir=tmp_path, options=options)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for inputs in batches:
+            qat(*inputs)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    return qat
+
+
+def _assert_three_stages_agree(qat, batches):
+    """qat.pt (VALIDATION), qat.bc and quantized.bc, bit for bit on every batch;
+    returns qat.bc."""
+    import hbir
+    from hbir.quantization import export
+
+    qat_bc = export(qat, batches[0])
+    quantized = hbir.convert(qat_bc, "nash-e")
+    names = qat_bc.functions[0].inputs.names
+    for inputs in batches:
+        with torch.no_grad():
+            expected = qat(*inputs).numpy()
+        feed = dict(zip(names, (x.numpy() for x in inputs), strict=True))
+        (got_bc,) = qat_bc.functions[0].feed(feed, reference=True).values()
+        (got_q,) = quantized.functions[0].feed(feed, reference=True).values()
+        np.testing.assert_array_equal(got_bc, expected)
+        np.testing.assert_array_equal(got_q, got_bc)
+    return qat_bc
+
+
 @pytest.mark.parametrize("level", [None, 0, 1, 2])
 def test_a_weight_module_shared_across_input_scales_is_exact_at_every_level(
     tmp_path, level
@@ -276,36 +308,18 @@ def test_a_weight_module_shared_across_input_scales_is_exact_at_every_level(
     """One rule at every level: each call of ``fc`` gets its own QAT module (own
     input and output scales, the one weight), and qat.pt, qat.bc and quantized.bc
     agree bit for bit although the calls' inputs differ 8x in range."""
-    import hbir
-    from hbir.quantization import export
-
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(4, 4, generator=g), 8 * torch.randn(4, 4, generator=g))
                for _ in range(4)]  # fmt: skip
     ConsistencyStrategy.set_consistency_level(level)
-    qat = prepare(SharedLinear().eval(), batches[0], out_dir=tmp_path)
+    qat = _validated(SharedLinear(), batches, tmp_path)
     first, second = qat.get_submodule("fc"), qat.get_submodule("fc_1")
     assert first.weight is second.weight
     assert first.weight_fake_quant is second.weight_fake_quant
     assert first.activation_post_process is not second.activation_post_process
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for a, b in batches:
-            qat(a, b)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
     scales = [float(m.activation_post_process.scale) for m in (first, second)]
     assert scales[1] >= 2 * scales[0]  # each call its own output grid
-    qat_bc = export(qat, batches[0])
-    quantized = hbir.convert(qat_bc, "nash-e")
-    for a, b in batches:
-        with torch.no_grad():
-            expected = qat(a, b).numpy()
-        names = qat_bc.functions[0].inputs.names
-        feed = dict(zip(names, (a.numpy(), b.numpy()), strict=True))
-        (got_bc,) = qat_bc.functions[0].feed(feed, reference=True).values()
-        (got_q,) = quantized.functions[0].feed(feed, reference=True).values()
-        np.testing.assert_array_equal(got_bc, expected)
-        np.testing.assert_array_equal(got_q, got_bc)
+    _assert_three_stages_agree(qat, batches)
 
 
 class ConstantBeforeTables(nn.Module):
@@ -324,32 +338,13 @@ def test_a_float_constant_operand_is_on_the_integer_grid_at_every_level(
     """0.1 is on no power-of-two grid: at level 2 too the QAT add puts it on the
     grid the integer add accumulates on (3 codes of 2**-5 here, not 0.1), so the
     table index is the same in qat.pt, qat.bc and quantized.bc."""
-    import hbir
-    from hbir.quantization import export
-
     g = torch.Generator().manual_seed(0)
     # |x| up to 3.9: the add's input on 2**-5, its output (up to 4.0) on 2**-4
-    batches = [3.9 * (2 * torch.rand(1, 3, 8, 8, generator=g) - 1) for _ in range(3)]
-    batches[0][0, 0, 0, :2] = torch.tensor([3.9, -3.9])
+    batches = [(3.9 * (2 * torch.rand(1, 3, 8, 8, generator=g) - 1),) for _ in range(3)]
+    batches[0][0][0, 0, 0, :2] = torch.tensor([3.9, -3.9])
     ConsistencyStrategy.set_consistency_level(level)
-    qat = prepare(ConstantBeforeTables().eval(), (batches[0],), out_dir=tmp_path)
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for x in batches:
-            qat(x)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
-    qat_bc = export(qat, (batches[0],))
-    quantized = hbir.convert(qat_bc, "nash-e")
-    (name,) = qat_bc.functions[0].inputs.names
-    for x in batches:
-        with torch.no_grad():
-            expected = qat(x).numpy()
-        (got_bc,) = qat_bc.functions[0].feed({name: x.numpy()}, reference=True).values()
-        (got_q,) = (
-            quantized.functions[0].feed({name: x.numpy()}, reference=True).values()
-        )
-        np.testing.assert_array_equal(got_bc, expected)
-        np.testing.assert_array_equal(got_q, got_bc)
+    qat = _validated(ConstantBeforeTables(), batches, tmp_path)
+    _assert_three_stages_agree(qat, batches)
 
 
 class Upsample(nn.Module):
@@ -371,29 +366,13 @@ def test_a_bilinear_resize_computes_the_integer_pipeline_in_validation(
     """VALIDATION's resize is ``numerics.fixed_point_resize`` (the exact integer
     sum, one 31-bit requantization in the model's rounding), marked qnt.exact in
     qat.bc: no tie can round differently in quantized.bc."""
-    import hbir
     from hbir.dialects import qnt
-    from hbir.quantization import QuantOptions, export
+    from hbir.quantization import QuantOptions
 
     g = torch.Generator().manual_seed(0)
-    batches = [torch.randn(1, 3, 8, 8, generator=g) for _ in range(3)]
+    batches = [(torch.randn(1, 3, 8, 8, generator=g),) for _ in range(3)]
     options = QuantOptions(rounding=rounding)
-    qat = prepare(Upsample().eval(), (batches[0],), out_dir=tmp_path, options=options)
-    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
-    with torch.no_grad():
-        for x in batches:
-            qat(x)
-    set_fake_quantize(qat, FakeQuantState.VALIDATION)
-    qat_bc = export(qat, (batches[0],))
+    qat = _validated(Upsample(), batches, tmp_path, options)
+    qat_bc = _assert_three_stages_agree(qat, batches)
     resizes = [op for op in qat_bc.module.op.walk() if op.name == "hbir.resize2d"]
     assert len(resizes) == 2 and all(qnt.EXACT in op.attributes for op in resizes)
-    quantized = hbir.convert(qat_bc, "nash-e")
-    (name,) = qat_bc.functions[0].inputs.names
-    for x in batches:
-        with torch.no_grad():
-            expected = qat(x).numpy()
-        feed = {name: x.numpy()}
-        (got_bc,) = qat_bc.functions[0].feed(feed, reference=True).values()
-        (got_q,) = quantized.functions[0].feed(feed, reference=True).values()
-        np.testing.assert_array_equal(got_bc, expected)
-        np.testing.assert_array_equal(got_q, got_bc)
