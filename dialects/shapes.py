@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hbir.errors import HbirValueError
+
 Shape = tuple[int, ...]
 
 
-class ShapeError(ValueError):
+class ShapeError(HbirValueError):
     """An operand shape or attribute that no result shape can follow from."""
 
 

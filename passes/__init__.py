@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from xdsl.passes import ModulePass
 
+from hbir.errors import HbirError
+
 PassFactory = Callable[[], type[ModulePass]]
 
 # name -> (module, class). A pass lives in passes/<name with _>.py.
@@ -65,7 +67,7 @@ _registered: dict[str, PassFactory] = {}
 ENTRY_POINT_GROUP = "hbir.passes"
 
 
-class PassRegistryError(Exception):
+class PassRegistryError(HbirError):
     """A plugin that cannot be loaded or a pass name registered twice."""
 
 

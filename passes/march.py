@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hbir.errors import HbirValueError
+
 
 @dataclass(frozen=True)
 class MarchLimits:
@@ -41,7 +43,7 @@ MARCHES: dict[str, MarchLimits] = {
 }
 
 
-class UnknownMarchError(ValueError):
+class UnknownMarchError(HbirValueError):
     """A march name that is not in ``MARCHES``."""
 
 

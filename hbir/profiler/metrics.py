@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hbir.errors import HbirValueError
+
 NAMES = ("Cosine", "MSE", "L1", "KL", "SQNR", "Atol", "Rtol")
 # True: larger is worse.
 LARGER_IS_WORSE = {"Cosine": False, "SQNR": False} | dict.fromkeys(
@@ -25,7 +27,7 @@ LARGER_IS_WORSE = {"Cosine": False, "SQNR": False} | dict.fromkeys(
 )
 
 
-class MetricError(ValueError):
+class MetricError(HbirValueError):
     """An unknown metric name."""
 
 
