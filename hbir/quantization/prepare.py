@@ -284,6 +284,14 @@ class _GraphBuilder:
         elif not value_of(node).is_float_tensor and (
             module is None or not quantized_input
         ):
+            if quantized_input and value_of(node).holds_index_tensor:
+                # argmax, topk, max(dim), comparisons: export has no integer
+                # tensors of a quantized value (refused here, not after QAT)
+                self._unsupported(
+                    node,
+                    "its result holds integer or bool tensors (indices, masks), "
+                    "which have no quantized form yet",
+                )
             self._copy(node, args, kwargs, OTHER)
         elif not quantized_input:
             self._copy(node, args, kwargs, FLOAT)

@@ -346,16 +346,25 @@ class ValueInfo:
     is_tensor: bool
     dtype: torch.dtype | None = None
     shape: tuple[int, ...] | None = None
+    holds_index_tensor: bool = False  # an integer / bool tensor, or a tuple with one
 
     @property
     def is_float_tensor(self) -> bool:
         return self.is_tensor and self.dtype.is_floating_point
 
 
+def _is_index_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return not value.dtype.is_floating_point
+    if isinstance(value, tuple | list):
+        return any(_is_index_tensor(v) for v in value)
+    return False
+
+
 def describe_value(value) -> ValueInfo:
     if isinstance(value, torch.Tensor):
-        return ValueInfo(True, value.dtype, tuple(value.shape))
-    return ValueInfo(False)
+        return ValueInfo(True, value.dtype, tuple(value.shape), _is_index_tensor(value))
+    return ValueInfo(False, holds_index_tensor=_is_index_tensor(value))
 
 
 class _Recorder(fx.Interpreter):

@@ -559,3 +559,25 @@ def test_prepare_errors_are_hbir_errors_and_a_bad_out_dir_is_one(tmp_path):
 
     with pytest.raises(hbir.HbirOutputError, match=r"a_file: cannot write prepare"):
         prepare(Net(), torch.randn(1, 4), out_dir=blocker)
+
+
+class IndexResults(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y.max(-1)[0] + y.topk(2, -1)[0].sum(-1) + y.argmax(-1).float()
+
+
+def test_ops_with_index_results_are_refused_at_prepare_not_at_export(tmp_path):
+    """argmax, topk and max(dim) pass through tracing as non-float values; export
+    has no integer tensors of a quantized value, so prepare lists all three, each
+    at its line, before any calibration or QAT is spent."""
+    with pytest.raises(UnsupportedOpError, match="cannot quantize 3 ops") as error:
+        prepare(IndexResults().eval(), (torch.randn(2, 8),), out_dir=tmp_path)
+    text = str(error.value)
+    for op in ("Tensor.max", "Tensor.topk", "Tensor.argmax"):
+        assert f"{op}: its result holds integer or bool tensors" in text
+    assert text.count("test_prepare.py:") == 3
