@@ -182,6 +182,10 @@ class ConcreteTracer(HbirTracer):
     def call_module(self, m, forward, args, kwargs):
         if self._computing:  # module calls inside a value computation just run
             return forward(*args, **kwargs)
+        try:
+            self.path_of_module(m)
+        except NameError:  # made inside forward (``nn.SiLU()(x)``): its ops
+            return forward(*args, **kwargs)
         return super().call_module(m, forward, args, kwargs)
 
     def getattr(self, attr, attr_val, parameter_proxy_cache):

@@ -264,7 +264,19 @@ class TensorOfSizes(nn.Module):
         return self.fc(x) / sizes.max()
 
 
+class ModuleMadeInForward(nn.Module):
+    """``nn.SiLU()(x)``: a module built inside forward, traced into."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return nn.SiLU()(self.fc(x)) + nn.ReLU()(x)
+
+
 IDIOMS = [BufferExpand, UnpackQkv, ShiftedWindowMask, SharedGroupNorm, TensorOfSizes]
+IDIOMS += [ModuleMadeInForward]
 
 
 @pytest.mark.parametrize("cls", IDIOMS, ids=lambda c: c.__name__)
