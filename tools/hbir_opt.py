@@ -368,14 +368,12 @@ def main(args: Sequence[str] | None = None) -> None:
     """
     try:
         HbirOptMain(args).run()
-    except diagnostics.HbirFileError as e:
+    except (diagnostics.HbirFileError, ArgSpecParseError, UnknownMarchError) as e:
+        # a file, a malformed -p pipeline, a march: not located in an IR file
         print(f"hbir-opt: error: {e}", file=sys.stderr)
         sys.exit(1)
     except (diagnostics.HbirError, PassRegistryError) as e:
         print(e, file=sys.stderr)
-        sys.exit(1)
-    except (ArgSpecParseError, UnknownMarchError) as e:  # a malformed -p pipeline
-        print(f"hbir-opt: error: {e}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:
         print(f"hbir-opt: error: {e.filename}: {e.strerror}", file=sys.stderr)

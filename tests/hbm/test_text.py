@@ -236,7 +236,7 @@ def test_what_the_assembler_accepts_the_writer_writes_and_the_loader_reads(
         text if source == "program" else disassemble(compiled_program("resnet"))
     )
     refused = accepted = 0
-    for bad in _mutants(source_text, rng, 300):
+    for bad in _mutants(source_text, rng, 150):
         try:
             program = assemble(bad)
         except HbmTextError:
@@ -247,7 +247,7 @@ def test_what_the_assembler_accepts_the_writer_writes_and_the_loader_reads(
         again = container.from_bytes(container.to_bytes(program), "mutant.hbm")
         assert disassemble(again) == listing
         assert disassemble(assemble(listing)) == listing
-    assert refused > 100 and accepted > 5
+    assert refused > 50 and accepted > 3
 
 
 def test_a_function_without_code_and_a_program_without_functions():
