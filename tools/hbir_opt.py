@@ -23,6 +23,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from hbir import diagnostics, files
 from hbir.dialects import get_all_dialects
+from hbir.errors import HbirOutputError
 from hbir.passes import (
     PassRegistryError,
     get_all_passes,
@@ -368,8 +369,14 @@ def main(args: Sequence[str] | None = None) -> None:
     """
     try:
         HbirOptMain(args).run()
-    except (diagnostics.HbirFileError, ArgSpecParseError, UnknownMarchError) as e:
-        # a file, a malformed -p pipeline, a march: not located in an IR file
+    except (
+        diagnostics.HbirFileError,
+        HbirOutputError,
+        ArgSpecParseError,
+        UnknownMarchError,
+    ) as e:
+        # a file read or written, a malformed -p pipeline, a march: not located
+        # in an IR file
         print(f"hbir-opt: error: {e}", file=sys.stderr)
         sys.exit(1)
     except (diagnostics.HbirError, PassRegistryError) as e:
