@@ -143,10 +143,11 @@ def tune(op: str, window: int = 10) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tune", action="store_true", help="search num_tables")
+    parser.add_argument("ops", nargs="*", help="the ops to tune (default: all)")
     args = parser.parse_args()
     if args.tune:
         print("DEFAULT_NUM_TABLES = {")
-        for op in TYPICAL:
+        for op in args.ops or TYPICAL:
             print(f'    "{op}": {tune(op)},', flush=True)
         print("}")
         return

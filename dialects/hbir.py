@@ -363,25 +363,6 @@ class ClipOp(UnaryOp):
 
 
 @irdl_op_definition
-class LeakyReluOp(UnaryOp):
-    """``x if x >= 0 else slope * x`` (float).
-
-    ``%y = hbir.leaky_relu %x {slope = 0.01 : f64} : tensor<4xf32>``
-    """
-
-    name = "hbir.leaky_relu"
-
-    slope = prop_def(FloatAttr)
-
-    def __init__(self, input: Value, slope: float = 0.01):
-        super().__init__(input, {"slope": f64_attr(slope)})
-
-    def verify_(self) -> None:
-        if not is_float(self.input.type):
-            raise VerifyException("leaky_relu is float only")
-
-
-@irdl_op_definition
 class SigmoidOp(FloatUnaryOp):
     """``1 / (1 + exp(-x))``. ``%y = hbir.sigmoid %x : tensor<4xf32>``"""
 
@@ -488,6 +469,125 @@ class HardswishOp(FloatUnaryOp):
     """``x * relu6(x + 3) / 6``. ``%y = hbir.hardswish %x : tensor<4xf32>``"""
 
     name = "hbir.hardswish"
+
+
+class ParametricUnaryOp(FloatUnaryOp):
+    """A table op with one float parameter (``numerics.LUT_PARAMETERS``): its table
+    is ``numerics.table_key(table, parameter)``."""
+
+    PARAMETER: ClassVar[str] = ""
+
+    def __init__(self, input: Value, value: float | None = None):
+        props = {} if value is None else {self.PARAMETER: f64_attr(value)}
+        super().__init__(input, props)
+
+    def parameter_value(self) -> float:
+        return getattr(self, self.PARAMETER).value.data
+
+    def table_name(self) -> str:
+        from hbir.runtime import numerics
+
+        return numerics.table_key(super().table_name(), self.parameter_value())
+
+    def verify_(self) -> None:
+        super().verify_()
+        from hbir.runtime import numerics
+
+        try:
+            numerics.split_table_key(self.table_name())
+        except ValueError as e:
+            raise VerifyException(f"{self.PARAMETER}: {e}") from None
+
+
+@irdl_op_definition
+class LeakyReluOp(ParametricUnaryOp):
+    """``x if x >= 0 else slope * x``.
+
+    ``%y = hbir.leaky_relu %x {slope = 0.1 : f64} : tensor<4xf32>``
+    """
+
+    name = "hbir.leaky_relu"
+    PARAMETER: ClassVar[str] = "slope"
+    slope = prop_def(FloatAttr, default_value=f64_attr(0.01))
+
+
+@irdl_op_definition
+class EluOp(ParametricUnaryOp):
+    """``x if x > 0 else alpha * (exp(x) - 1)``.
+
+    ``%y = hbir.elu %x {alpha = 1.0 : f64} : tensor<4xf32>``
+    """
+
+    name = "hbir.elu"
+    PARAMETER: ClassVar[str] = "alpha"
+    alpha = prop_def(FloatAttr, default_value=f64_attr(1.0))
+
+
+@irdl_op_definition
+class CeluOp(ParametricUnaryOp):
+    """``x if x > 0 else alpha * (exp(x / alpha) - 1)``.
+
+    ``%y = hbir.celu %x {alpha = 1.0 : f64} : tensor<4xf32>``
+    """
+
+    name = "hbir.celu"
+    PARAMETER: ClassVar[str] = "alpha"
+    alpha = prop_def(FloatAttr, default_value=f64_attr(1.0))
+
+
+@irdl_op_definition
+class SoftplusOp(ParametricUnaryOp):
+    """``log(1 + exp(beta * x)) / beta``.
+
+    ``%y = hbir.softplus %x {beta = 1.0 : f64} : tensor<4xf32>``
+    """
+
+    name = "hbir.softplus"
+    PARAMETER: ClassVar[str] = "beta"
+    beta = prop_def(FloatAttr, default_value=f64_attr(1.0))
+
+
+@irdl_op_definition
+class SeluOp(FloatUnaryOp):
+    """``scale * elu(x, alpha)`` with torch's constants. ``%y = hbir.selu %x :
+    tensor<4xf32>``"""
+
+    name = "hbir.selu"
+
+
+@irdl_op_definition
+class MishOp(FloatUnaryOp):
+    """``x * tanh(softplus(x))``. ``%y = hbir.mish %x : tensor<4xf32>``"""
+
+    name = "hbir.mish"
+
+
+@irdl_op_definition
+class ErfOp(FloatUnaryOp):
+    """The error function. ``%y = hbir.erf %x : tensor<4xf32>``"""
+
+    name = "hbir.erf"
+
+
+@irdl_op_definition
+class LogSigmoidOp(FloatUnaryOp):
+    """``log(sigmoid(x))``. ``%y = hbir.logsigmoid %x : tensor<4xf32>``"""
+
+    name = "hbir.logsigmoid"
+
+
+@irdl_op_definition
+class SoftsignOp(FloatUnaryOp):
+    """``x / (1 + |x|)``. ``%y = hbir.softsign %x : tensor<4xf32>``"""
+
+    name = "hbir.softsign"
+
+
+@irdl_op_definition
+class TanhshrinkOp(FloatUnaryOp):
+    """``x - tanh(x)``. ``%y = hbir.tanhshrink %x : tensor<4xf32>``"""
+
+    name = "hbir.tanhshrink"
 
 
 class BinaryOp(IRDLOperation):
@@ -1958,7 +2058,6 @@ HBIR = Dialect(
         AbsOp,
         ReluOp,
         ClipOp,
-        LeakyReluOp,
         SigmoidOp,
         TanhOp,
         ExpOp,
@@ -1972,6 +2071,16 @@ HBIR = Dialect(
         SiluOp,
         HardsigmoidOp,
         HardswishOp,
+        LeakyReluOp,
+        EluOp,
+        CeluOp,
+        SoftplusOp,
+        SeluOp,
+        MishOp,
+        ErfOp,
+        LogSigmoidOp,
+        SoftsignOp,
+        TanhshrinkOp,
         AddOp,
         SubOp,
         MulOp,

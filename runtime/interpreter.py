@@ -211,8 +211,18 @@ def _clip(
     return (_int_out(op, np.clip(x.astype(np.int64), lo, hi)),)
 
 
-def _leaky_relu(op: hbir.LeakyReluOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    return (_float_out(op, F.leaky_relu(_t(x), op.slope.value.data)),)
+def _parametric_float(fn: Callable[..., torch.Tensor]) -> Kernel:
+    """``_unary_float`` of an op with a parameter: ``fn(x, parameter)``."""
+
+    def kernel(
+        op: hbir.ParametricUnaryOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
+    ) -> tuple[np.ndarray, ...]:
+        config = op.lut_config()
+        if config is None:
+            return (_float_out(op, fn(_t(x), op.parameter_value())),)
+        return (_float_out(op, _t(_lut_forward(op, x, config, rounding))),)
+
+    return kernel
 
 
 def _gelu(
@@ -774,7 +784,6 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.AbsOp: _elementwise(torch.abs, np.abs),
     hbir.ReluOp: _elementwise(torch.relu, _relu_int),
     hbir.ClipOp: _clip,
-    hbir.LeakyReluOp: _leaky_relu,
     hbir.SigmoidOp: _unary_float(torch.sigmoid),
     hbir.TanhOp: _unary_float(torch.tanh),
     hbir.ExpOp: _unary_float(torch.exp),
@@ -788,6 +797,16 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.SiluOp: _unary_float(F.silu),
     hbir.HardsigmoidOp: _unary_float(F.hardsigmoid),
     hbir.HardswishOp: _unary_float(F.hardswish),
+    hbir.LeakyReluOp: _parametric_float(F.leaky_relu),
+    hbir.EluOp: _parametric_float(F.elu),
+    hbir.CeluOp: _parametric_float(F.celu),
+    hbir.SoftplusOp: _parametric_float(F.softplus),
+    hbir.SeluOp: _unary_float(F.selu),
+    hbir.MishOp: _unary_float(F.mish),
+    hbir.ErfOp: _unary_float(torch.erf),
+    hbir.LogSigmoidOp: _unary_float(F.logsigmoid),
+    hbir.SoftsignOp: _unary_float(F.softsign),
+    hbir.TanhshrinkOp: _unary_float(F.tanhshrink),
     hbir.AddOp: _elementwise(torch.add, np.add, "add"),
     hbir.SubOp: _elementwise(torch.sub, np.subtract, "sub"),
     hbir.MulOp: _elementwise(torch.mul, np.multiply, "mul"),

@@ -1098,6 +1098,9 @@ def _relu6_over_6(x: np.ndarray) -> np.ndarray:
 
 
 _GELU_TANH_K = math.sqrt(2.0 / math.pi)
+# torch's SELU constants
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
 
 # float64 reference functions; the domain conventions above are applied by the
 # callers (they need the input scale). Keys are append-only: LutTable.to_arrays
@@ -1119,6 +1122,76 @@ LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "silu": lambda x: x * _sigmoid(x),
     "hardsigmoid": _relu6_over_6,
     "hardswish": lambda x: x * _relu6_over_6(x),
+    # with a parameter (LUT_PARAMETERS): the default is torch's
+    "leaky_relu": lambda x, slope=0.01: np.where(x >= 0, x, slope * x),
+    "elu": lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
+    "celu": lambda x, alpha=1.0: np.where(
+        x > 0, x, alpha * np.expm1(np.minimum(x, 0) / alpha)
+    ),
+    "softplus": lambda x, beta=1.0: np.logaddexp(0.0, beta * x) / beta,
+    "selu": lambda x: (
+        _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0)))
+    ),
+    "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
+    "erf": _erf,
+    "logsigmoid": lambda x: -np.logaddexp(0.0, -x),
+    "softsign": lambda x: x / (1.0 + np.abs(x)),
+    "tanhshrink": lambda x: x - np.tanh(x),
+}
+
+# The tables with a parameter: op -> (torch's name of it, its default). A table
+# with a parameter is named ``op:value`` (``leaky_relu:0.1``, the value as Python's
+# ``repr`` of a float), without one by the op; ``table_key`` makes the name.
+LUT_PARAMETERS: dict[str, tuple[str, float]] = {
+    "leaky_relu": ("negative_slope", 0.01),
+    "elu": ("alpha", 1.0),
+    "celu": ("alpha", 1.0),
+    "softplus": ("beta", 1.0),
+}
+
+
+def table_key(op: str, parameter: float | None = None) -> str:
+    """The name of ``op``'s table with ``parameter`` (None or the default: ``op``)."""
+    if parameter is None or op not in LUT_PARAMETERS:
+        return op
+    parameter = float(parameter)
+    if parameter == LUT_PARAMETERS[op][1]:
+        return op
+    return f"{op}:{parameter!r}"
+
+
+def split_table_key(name: str) -> tuple[str, float | None]:
+    """``(op, parameter)`` of a table name; ValueError if it names no table."""
+    op, _, text = name.partition(":")
+    if op not in LUT_FUNCTIONS:
+        raise ValueError(f"unknown LUT op {op!r}; expected one of {', '.join(LUT_OPS)}")
+    if not text:
+        return op, None
+    if op not in LUT_PARAMETERS:
+        raise ValueError(f"LUT op {op!r} takes no parameter, got {name!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"LUT table {name!r}: parameter is not a number") from None
+    if not math.isfinite(value) or (op != "leaky_relu" and value <= 0):
+        raise ValueError(f"LUT table {name!r}: parameter out of range")
+    return op, value
+
+
+def lut_function(name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The float64 function of a table name (``sigmoid``, ``leaky_relu:0.1``)."""
+    op, parameter = split_table_key(name)
+    f = LUT_FUNCTIONS[op]
+    return (
+        f if parameter is None else functools.partial(f, **{_PARAM_ARG[op]: parameter})
+    )
+
+
+_PARAM_ARG = {
+    "leaky_relu": "slope",
+    "elu": "alpha",
+    "celu": "alpha",
+    "softplus": "beta",
 }
 
 # Segments per table for int16 inputs (int8 inputs always use the exact 256-entry
@@ -1143,6 +1216,16 @@ DEFAULT_NUM_TABLES: dict[str, int] = {
     "silu": 132,
     "hardsigmoid": 66,
     "hardswish": 18,
+    "leaky_relu": 6,
+    "elu": 180,
+    "celu": 180,
+    "softplus": 96,
+    "selu": 228,
+    "mish": 144,
+    "erf": 504,
+    "logsigmoid": 96,
+    "softsign": 750,
+    "tanhshrink": 168,
 }
 
 # The calibrated input intervals (lo, hi) the DEFAULT_NUM_TABLES targets are stated
@@ -1162,6 +1245,16 @@ LUT_TYPICAL_RANGES: dict[str, list[tuple[float, float]]] = {
     "silu": [(-8, 8)],
     "hardsigmoid": [(-8, 8), (-10, 10)],
     "hardswish": [(-8, 8), (-10, 10)],
+    "leaky_relu": [(-8, 8)],
+    "elu": [(-8, 8)],
+    "celu": [(-8, 8)],
+    "softplus": [(-8, 8)],
+    "selu": [(-8, 8)],
+    "mish": [(-8, 8)],
+    "erf": [(-4, 4), (-8, 8)],
+    "logsigmoid": [(-8, 8)],
+    "softsign": [(-8, 8)],
+    "tanhshrink": [(-8, 8)],
 }
 
 LUT_OPS = tuple(LUT_FUNCTIONS)
@@ -1447,7 +1540,7 @@ def _lut_inputs(op: str, q: np.ndarray, in_scale: float) -> np.ndarray:
 def _lut_values(op: str, x: np.ndarray, out_scale: float) -> np.ndarray:
     """``f(x) / s_out`` in float64 (unrounded output codes); refuses NaN."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        y = LUT_FUNCTIONS[op](x) / float(np.float32(out_scale))
+        y = lut_function(op)(x) / float(np.float32(out_scale))
     if np.any(np.isnan(y)):
         raise ValueError(f"{op} is undefined on part of its table's input range")
     return y
@@ -1508,10 +1601,9 @@ def build_lut(
     ``frac_bits`` fractional bits independently of ``rounding``, which only decides
     ties of the final shift. The output saturates.
     """
-    if op not in LUT_FUNCTIONS:
-        raise ValueError(f"unknown LUT op {op!r}; expected one of {', '.join(LUT_OPS)}")
+    base, _ = split_table_key(op)
     num_tables = check_num_tables(
-        DEFAULT_NUM_TABLES[op] if num_tables is None else num_tables
+        DEFAULT_NUM_TABLES[base] if num_tables is None else num_tables
     )
     if num_tables > _MAX_NUM_TABLES:
         raise ValueError(
@@ -1551,9 +1643,10 @@ def _build_lut(
     num_tables: int,
     rounding: str,
 ) -> LutTable:
-    kind = _lut_kind(op, in_bits)
+    base, _ = split_table_key(op)
+    kind = _lut_kind(base, in_bits)
     head = dict(
-        op=op,
+        op=base,
         kind=kind,
         in_scale=in_scale,
         out_scale=out_scale,

@@ -165,7 +165,6 @@ OPS: tuple[OpEntry, ...] = (
         ("nn.Hardtanh", "F.hardtanh", "torch.clamp", "torch.clip")
         + ("Tensor.clamp", "Tensor.clip"),
     ),
-    _ir("hbir.leaky_relu", FLOAT),
     _lut("sigmoid", "nn.Sigmoid", "torch.sigmoid", "F.sigmoid", "Tensor.sigmoid"),
     _lut("tanh", "nn.Tanh", "torch.tanh", "F.tanh", "Tensor.tanh"),
     _lut("exp", "torch.exp", "Tensor.exp"),
@@ -179,6 +178,17 @@ OPS: tuple[OpEntry, ...] = (
     _lut("silu", "nn.SiLU", "F.silu"),
     _lut("hardsigmoid", "nn.Hardsigmoid", "F.hardsigmoid"),
     _lut("hardswish", "nn.Hardswish", "F.hardswish"),
+    # with a parameter (numerics.LUT_PARAMETERS): one table per value
+    _lut("leaky_relu", "nn.LeakyReLU", "F.leaky_relu"),
+    _lut("elu", "nn.ELU", "F.elu"),
+    _lut("celu", "nn.CELU", "F.celu"),
+    _lut("softplus", "nn.Softplus", "F.softplus"),
+    _lut("selu", "nn.SELU", "F.selu"),
+    _lut("mish", "nn.Mish", "F.mish"),
+    _lut("erf", "torch.erf", "Tensor.erf"),
+    _lut("logsigmoid", "nn.LogSigmoid", "F.logsigmoid"),
+    _lut("softsign", "nn.Softsign", "F.softsign"),
+    _lut("tanhshrink", "nn.Tanhshrink", "F.tanhshrink"),
     # ---------------------------------------------------------------- normalisation
     # prepare decomposes both into quantized steps (hbir.quantization.decompositions);
     # the hbir ops themselves are the float forms

@@ -90,6 +90,16 @@ TORCH_FUNCTIONS = {
     "silu": F.silu,
     "hardsigmoid": F.hardsigmoid,
     "hardswish": F.hardswish,
+    "leaky_relu": F.leaky_relu,
+    "elu": F.elu,
+    "celu": F.celu,
+    "softplus": lambda x: F.softplus(x, threshold=1e9),
+    "selu": F.selu,
+    "mish": F.mish,
+    "erf": torch.erf,
+    "logsigmoid": F.logsigmoid,
+    "softsign": F.softsign,
+    "tanhshrink": F.tanhshrink,
 }
 
 

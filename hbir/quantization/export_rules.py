@@ -382,6 +382,8 @@ def _lut_module(ex: Exporter, node: fx.Node):
     (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
     if isinstance(mod, lut.GELU):
         op = hb.GeluOp(x, mod.approximate)
+    elif isinstance(mod, lut.ParametricLutModule):
+        op = _hbir_class(op_table.BY_OP[mod.op].hbir)(x, mod.value)
     else:
         op = _hbir_class(op_table.BY_OP[mod.op].hbir)(x)
     op.num_tables = hb.i64_attr(mod.num_tables)

@@ -275,9 +275,102 @@ class Hardswish(LutModule):
         return F.hardswish(x)
 
 
+class ParametricLutModule(LutModule):
+    """A table op with one float parameter (``numerics.LUT_PARAMETERS``: its torch
+    name and default); one table per value."""
+
+    def __init__(self, qconfig: QConfig, num_tables=None, value: float | None = None):
+        super().__init__(qconfig, num_tables)
+        name, default = numerics.LUT_PARAMETERS[self.op]
+        self.value = default if value is None else float(value)
+        try:
+            numerics.split_table_key(self.table_name())
+        except ValueError as e:
+            raise HbirValueError(f"{type(self).__name__} {name}={value}: {e}") from None
+
+    def table_name(self) -> str:
+        return numerics.table_key(super().table_name(), self.value)
+
+    def extra_repr(self) -> str:
+        name = numerics.LUT_PARAMETERS[self.op][0]
+        return super().extra_repr() + f", {name}={self.value}"
+
+
+class LeakyReLU(ParametricLutModule):
+    op = "leaky_relu"
+
+    def function(self, x):
+        return F.leaky_relu(x, self.value)
+
+
+class ELU(ParametricLutModule):
+    op = "elu"
+
+    def function(self, x):
+        return F.elu(x, self.value)
+
+
+class CELU(ParametricLutModule):
+    op = "celu"
+
+    def function(self, x):
+        return F.celu(x, self.value)
+
+
+class Softplus(ParametricLutModule):
+    op = "softplus"
+
+    def function(self, x):
+        return F.softplus(x, self.value)
+
+
+class SELU(LutModule):
+    op = "selu"
+
+    def function(self, x):
+        return F.selu(x)
+
+
+class Mish(LutModule):
+    op = "mish"
+
+    def function(self, x):
+        return F.mish(x)
+
+
+class Erf(LutModule):
+    op = "erf"
+
+    def function(self, x):
+        return torch.erf(x)
+
+
+class LogSigmoid(LutModule):
+    op = "logsigmoid"
+
+    def function(self, x):
+        return F.logsigmoid(x)
+
+
+class Softsign(LutModule):
+    op = "softsign"
+
+    def function(self, x):
+        return F.softsign(x)
+
+
+class Tanhshrink(LutModule):
+    op = "tanhshrink"
+
+    def function(self, x):
+        return F.tanhshrink(x)
+
+
 # op name -> its module (the op table's test checks that every LUT op has one)
 LUT_MODULES: dict[str, type[LutModule]] = {
     cls.op: cls
     for cls in (Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt, Reciprocal, Sin, Cos)
     + (GELU, SiLU, Hardsigmoid, Hardswish)
+    + (LeakyReLU, ELU, CELU, Softplus, SELU, Mish, Erf, LogSigmoid, Softsign)
+    + (Tanhshrink,)
 }

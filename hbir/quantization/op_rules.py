@@ -33,7 +33,7 @@ from hbir.quantization.decompositions import (
     SoftmaxDecomposition,
 )
 from hbir.quantization.spellings import resolve
-from hbir.runtime import op_table
+from hbir.runtime import numerics, op_table
 
 
 class Unsupported(Exception):
@@ -485,8 +485,60 @@ _SPELLING_BUILDERS: dict[str, Callable] = {
 
 
 def _lut_module_builder(cls):
+    if issubclass(cls, lut.ParametricLutModule):
+        return _module_parametric_lut(cls)
     attrs = {"approximate": "approximate"} if cls is lut.GELU else {}
     return _module_lut(cls, **attrs)
+
+
+# torch's softplus is linear above ``threshold``; the table is softplus itself, which
+# differs from it by less than exp(-20) at the default
+_SOFTPLUS_THRESHOLD = 20.0
+
+
+def _module_parametric_lut(cls):
+    name = numerics.LUT_PARAMETERS[cls.op][0]
+
+    def build(q, mod, x, *, fused_relu=None):
+        threshold = getattr(mod, "threshold", _SOFTPLUS_THRESHOLD)
+        _require(threshold == _SOFTPLUS_THRESHOLD, f"threshold={threshold}")
+        return _table_with(cls, q, getattr(mod, name)), (x,)
+
+    return build
+
+
+def _parametric_lut(cls):
+    """``F.leaky_relu(x, negative_slope)``, ``F.elu(x, alpha)``, ``F.celu(x,
+    alpha)``, ``F.softplus(x, beta, threshold)``: the parameter is second."""
+    name, default = numerics.LUT_PARAMETERS[cls.op]
+
+    def build(q, input, value=default, third=None, **kwargs):
+        value = kwargs.pop(name, value)
+        threshold = _SOFTPLUS_THRESHOLD
+        if cls.op == "softplus":
+            threshold = kwargs.pop(
+                "threshold", _SOFTPLUS_THRESHOLD if third is None else third
+            )
+        kwargs.pop("inplace", None)
+        _require(not kwargs, ", ".join(f"{k}=" for k in kwargs))
+        _require(threshold == _SOFTPLUS_THRESHOLD, f"threshold={threshold}")
+        _require(
+            isinstance(value, int | float) and not isinstance(value, bool),
+            f"{name} that is not a Python number",
+        )
+        return _table_with(cls, q, value), (input,)
+
+    return build
+
+
+def _table_with(cls, q, value):
+    """The LUT module with its parameter, or Unsupported when no table has it."""
+    name = numerics.LUT_PARAMETERS[cls.op][0]
+    try:
+        numerics.split_table_key(numerics.table_key(cls.op, value))
+    except ValueError:
+        raise Unsupported(f"{name}={value} (out of the table's range)") from None
+    return cls(q(), value=value)
 
 
 # Pass-through only for some arguments (a nonzero pad value or bilinear resize would
@@ -544,7 +596,11 @@ def _builder(entry: op_table.OpEntry, spelling: str, kind: str) -> Callable:
         return _SPELLING_BUILDERS[spelling]
     if entry.lut is not None:
         cls = lut.LUT_MODULES[entry.op]
-        return _lut_module_builder(cls) if kind == "module" else _unary(cls)
+        if kind == "module":
+            return _lut_module_builder(cls)
+        if issubclass(cls, lut.ParametricLutModule):
+            return _parametric_lut(cls)
+        return _unary(cls)
     table = _MODULE_BUILDERS if kind == "module" else _FUNCTION_BUILDERS
     if entry.op not in table:
         raise AssertionError(f"op table: no prepare builder for {spelling} ({kind})")

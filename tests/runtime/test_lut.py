@@ -65,6 +65,16 @@ def test_lut_functions_match_torch_float64():
         "silu": F.silu(x),
         "hardsigmoid": F.hardsigmoid(x),
         "hardswish": F.hardswish(x),
+        "leaky_relu": F.leaky_relu(x),
+        "elu": F.elu(x),
+        "celu": F.celu(x),
+        "softplus": F.softplus(x, threshold=1e9),
+        "selu": F.selu(x),
+        "mish": F.mish(x),
+        "erf": torch.erf(x),
+        "logsigmoid": F.logsigmoid(x),
+        "softsign": F.softsign(x),
+        "tanhshrink": F.tanhshrink(x),
     }
     assert set(expect) == set(OPS)
     for op, want in expect.items():
@@ -74,6 +84,35 @@ def test_lut_functions_match_torch_float64():
             got, want.numpy(), rtol=1e-13, atol=1e-15, err_msg=op
         )
     assert numerics.LUT_FUNCTIONS["sqrt"](np.array([-4.0]))[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        ("leaky_relu:0.2", lambda x: F.leaky_relu(x, 0.2)),
+        ("elu:0.5", lambda x: F.elu(x, 0.5)),
+        ("celu:2.0", lambda x: F.celu(x, 2.0)),
+        ("softplus:3.0", lambda x: F.softplus(x, 3.0, threshold=1e9)),
+    ],
+)
+def test_a_table_name_carries_its_parameter(name, want):
+    x = torch.linspace(-12, 12, 4001, dtype=torch.float64)
+    op, value = numerics.split_table_key(name)
+    assert numerics.table_key(op, value) == name
+    assert numerics.table_key(op, numerics.LUT_PARAMETERS[op][1]) == op
+    got = numerics.lut_function(name)(x.numpy())
+    np.testing.assert_allclose(got, want(x).numpy(), rtol=1e-13, atol=1e-15)
+    table = numerics.build_lut(name, 0.05, 8, 0.05, 8)
+    assert table.op == op  # the table's entries carry the parameter
+    assert not np.array_equal(table.entries, numerics.build_lut(op, 0.05, 8, 0.05, 8).entries)
+
+
+@pytest.mark.parametrize(
+    "name", ["sigmoid:0.5", "leaky_relu:x", "elu:-1.0", "softplus:0.0", "nope:1.0"]
+)
+def test_a_bad_table_name_is_refused(name):
+    with pytest.raises(ValueError):
+        numerics.split_table_key(name)
 
 
 def test_reference_domain_conventions():
@@ -342,7 +381,7 @@ def test_build_lut_is_a_pure_function_and_validates():
     )
     assert not first.slopes.flags.writeable
     with pytest.raises(ValueError, match="unknown LUT op"):
-        numerics.build_lut("softplus", 0.1, 8, 0.1, 8)
+        numerics.build_lut("softmax", 0.1, 8, 0.1, 8)
     with pytest.raises(ValueError, match="bits"):
         numerics.build_lut("exp", 0.1, 4, 0.1, 8)
     with pytest.raises(ValueError, match="positive and finite"):

@@ -314,6 +314,26 @@ for _entry in op_table.OPS:
         else:
             SAMPLES[_spelling] = _x4(lambda m, x, f=target: f(x * x + 0.5))
 
+# The tables with a parameter: both signs, parameters other than torch's defaults.
+MODULES.update(
+    {
+        "nn.LeakyReLU": lambda: nn.LeakyReLU(0.1),
+        "nn.ELU": lambda: nn.ELU(0.5),
+        "nn.CELU": lambda: nn.CELU(2.0),
+        "nn.Softplus": lambda: nn.Softplus(2.0),
+    }
+)
+SAMPLES.update(
+    {
+        **{name: _x4(lambda m, x: m.op(x)) for name in ("nn.LeakyReLU", "nn.ELU")},
+        **{name: _x4(lambda m, x: m.op(x)) for name in ("nn.CELU", "nn.Softplus")},
+        "F.leaky_relu": _x4(lambda m, x: F.leaky_relu(x, 0.2)),
+        "F.elu": _x4(lambda m, x: F.elu(x, alpha=0.7)),
+        "F.celu": _x4(lambda m, x: F.celu(x, 1.5)),
+        "F.softplus": _x4(lambda m, x: F.softplus(x, beta=0.5)),
+    }
+)
+
 
 def _batch_norm(cls=nn.BatchNorm2d):
     bn = cls(4).eval()

@@ -143,3 +143,11 @@ func.func @f(%x: tensor<1x2x5x5xf32>) -> tensor<1x2x8x8xf32> {
   func.return %y : tensor<1x2x8x8xf32>
 }
 // CHECK: error: 'hbir.resize2d' op scale [1.5, 1.5] implies size [7, 7], got [8, 8]
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %s = hbir.elu %x {alpha = -1.0 : f64} : tensor<4xf32>
+  func.return %s : tensor<4xf32>
+}
+// CHECK: invalid.mlir:150:3: error: 'hbir.elu' op alpha: LUT table 'elu:-1.0': parameter out of range

@@ -22,6 +22,10 @@
 // CHECK-NEXT: %relu = hbir.relu %abs : tensor<2x8xf32>
 // CHECK-NEXT: %clip = hbir.clip %relu {min = 0.000000e+00 : f64, max = 6.000000e+00 : f64} : tensor<2x8xf32>
 // CHECK-NEXT: %lrelu = hbir.leaky_relu %clip {slope = 1.000000e-01 : f64} : tensor<2x8xf32>
+// CHECK-NEXT: %elu = hbir.elu %lrelu {alpha = 5.000000e-01 : f64} : tensor<2x8xf32>
+// CHECK-NEXT: %splus = hbir.softplus %elu {beta = 2.000000e+00 : f64} : tensor<2x8xf32>
+// CHECK-NEXT: %erf = hbir.erf %splus : tensor<2x8xf32>
+// CHECK-NEXT: %mish = hbir.mish %erf : tensor<2x8xf32>
 // CHECK-NEXT: %sig = hbir.sigmoid %lrelu : tensor<2x8xf32>
 // CHECK-NEXT: %tanh = hbir.tanh %sig : tensor<2x8xf32>
 // CHECK-NEXT: %exp = hbir.exp %tanh : tensor<2x8xf32>
@@ -75,6 +79,10 @@ func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8
   %relu = hbir.relu %abs : tensor<2x8xf32>
   %clip = hbir.clip %relu {min = 0.0 : f64, max = 6.0 : f64} : tensor<2x8xf32>
   %lrelu = hbir.leaky_relu %clip {slope = 0.1 : f64} : tensor<2x8xf32>
+  %elu = hbir.elu %lrelu {alpha = 0.5 : f64} : tensor<2x8xf32>
+  %splus = hbir.softplus %elu {beta = 2.0 : f64} : tensor<2x8xf32>
+  %erf = hbir.erf %splus : tensor<2x8xf32>
+  %mish = hbir.mish %erf : tensor<2x8xf32>
   %sig = hbir.sigmoid %lrelu : tensor<2x8xf32>
   %tanh = hbir.tanh %sig : tensor<2x8xf32>
   %exp = hbir.exp %tanh : tensor<2x8xf32>
