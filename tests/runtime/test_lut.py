@@ -104,7 +104,9 @@ def test_a_table_name_carries_its_parameter(name, want):
     np.testing.assert_allclose(got, want(x).numpy(), rtol=1e-13, atol=1e-15)
     table = numerics.build_lut(name, 0.05, 8, 0.05, 8)
     assert table.op == op  # the table's entries carry the parameter
-    assert not np.array_equal(table.entries, numerics.build_lut(op, 0.05, 8, 0.05, 8).entries)
+    assert not np.array_equal(
+        table.entries, numerics.build_lut(op, 0.05, 8, 0.05, 8).entries
+    )
 
 
 @pytest.mark.parametrize(
