@@ -1,4 +1,4 @@
-"""convert-elementwise: quantized add / sub / mul to integer form.
+"""convert-elementwise: quantized add / sub / maximum / minimum / mul to integer form.
 
 add / sub: each operand is rescaled onto one power-of-two grid ``2**e`` in si32
 (``round(a * s_a / 2**e)``), the si32 values are added, and the sum is requantized
@@ -9,6 +9,8 @@ or, when that grid would overflow int32, the finest grid with 2 bits of headroom
 output LSB for int8 operands). A float constant operand (an epsilon, a layer-norm
 bias) is quantized onto that grid. So the result differs from fake quantization
 only where the exact sum lies within that error of a rounding tie: at most 1 LSB.
+maximum / minimum: the same grid, the larger / smaller si32 term, requantized once
+(exact where the rescale is: requantization is monotonic).
 
 mul: the integer product of the widened codes in si32 (exact: at most 2**30),
 requantized once by ``s_a * s_b / s_y``. A float constant factor becomes codes
@@ -134,9 +136,13 @@ def _on_grid(
     return [req], req.output
 
 
+# computed on one add grid: the sum, difference, larger or smaller of the terms
+_ADD_GRID_OPS = hbir.AddOp | hbir.SubOp | hbir.MaximumOp | hbir.MinimumOp
+
+
 class LowerAddSub(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, hbir.AddOp | hbir.SubOp) or fp.is_cpu(op):
+        if not isinstance(op, _ADD_GRID_OPS) or fp.is_cpu(op):
             return
         if not hbir.is_float(op.output.type):
             return

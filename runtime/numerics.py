@@ -847,17 +847,28 @@ def constant_factor(values) -> tuple[np.ndarray, np.float32] | None:
     return np.clip(codes, -bound, bound), scale
 
 
+# the binary ops computed on the add grid
+_ADD_GRID_KINDS = {
+    "add": np.add,
+    "sub": np.subtract,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+
+
 def fixed_point_binary(
     kind: str, grids: Grids, a: np.ndarray, b: np.ndarray, mode: str = HALF_EVEN
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized ``add`` / ``sub`` /
-    ``mul`` of per-tensor operands, as the float32 values ``q * s_out``.
+    ``mul`` / ``maximum`` / ``minimum`` of per-tensor operands, as the float32
+    values ``q * s_out``.
 
     An operand with grid scale 0 is a float constant (float32 values). add / sub:
     each operand on the grid of ``add_grid_exponent`` (constants rounded onto
     it), the si32 sum, one requantization by ``2**e * fl32(1/s_out)``. mul: the
     si32 product of the codes (a constant as ``constant_factor`` codes), one
-    requantization by ``s_a * s_b * fl32(1/s_out)``.
+    requantization by ``s_a * s_b * fl32(1/s_out)``. maximum / minimum: as add,
+    the larger / smaller of the two terms instead of their sum.
     """
     operands = []
     for v, s, bits in zip((a, b), grids.in_scales, grids.in_bits, strict=True):
@@ -888,7 +899,7 @@ def fixed_point_binary(
         constant_on_add_grid(v, e, mode) if q is None else on_add_grid(q, s, e, mode)
         for q, s, v in operands
     ]
-    total = terms[0] + terms[1] if kind == "add" else terms[0] - terms[1]
+    total = _ADD_GRID_KINDS[kind](terms[0], terms[1])
     m, shift = requantize_multipliers(2.0**e * inv_scale(grids.out_scale))
     out = requantize(saturate(total, 32), m, shift, 0, qmin, qmax, mode=mode)
     return dequantize(out, grids.out_scale, 0)

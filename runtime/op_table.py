@@ -151,8 +151,14 @@ OPS: tuple[OpEntry, ...] = (
     # |qmin| is off the input grid, so abs has its own output fake quantization
     OpEntry("abs", "hbir.abs", FLOAT, ("torch.abs", "Tensor.abs")),
     _ir("hbir.div", FLOAT),
-    _ir("hbir.maximum", FLOAT),
-    _ir("hbir.minimum", FLOAT),
+    # both operands on one add grid, the larger (smaller) kept, one requantization:
+    # exact, as requantization is monotonic
+    OpEntry(
+        "maximum", "hbir.maximum", ELEMENTWISE, ("torch.maximum", "Tensor.maximum")
+    ),
+    OpEntry(
+        "minimum", "hbir.minimum", ELEMENTWISE, ("torch.minimum", "Tensor.minimum")
+    ),
     # ---------------------------------------------------------------- activations
     OpEntry(
         "relu", "hbir.relu", CLAMP, ("nn.ReLU", "F.relu", "torch.relu", "Tensor.relu")
@@ -163,7 +169,8 @@ OPS: tuple[OpEntry, ...] = (
         "hbir.clip",
         CLAMP,
         ("nn.Hardtanh", "F.hardtanh", "torch.clamp", "torch.clip")
-        + ("Tensor.clamp", "Tensor.clip"),
+        + ("Tensor.clamp", "Tensor.clip", "torch.clamp_min", "Tensor.clamp_min")
+        + ("torch.clamp_max", "Tensor.clamp_max"),
     ),
     _lut("sigmoid", "nn.Sigmoid", "torch.sigmoid", "F.sigmoid", "Tensor.sigmoid"),
     _lut("tanh", "nn.Tanh", "torch.tanh", "F.tanh", "Tensor.tanh"),

@@ -277,6 +277,8 @@ _BINARY_OPS = {
     qat.QuantAdd: hb.AddOp,
     qat.QuantSub: hb.SubOp,
     qat.QuantMul: hb.MulOp,
+    qat.QuantMaximum: hb.MaximumOp,
+    qat.QuantMinimum: hb.MinimumOp,
     qat.QuantMatmul: hb.MatmulOp,
 }
 

@@ -332,6 +332,14 @@ def _clamp(q, input, min=None, max=None, *, out=None):
     return qat.Clamp(q(), min, max), (input,)
 
 
+def _clamp_min(q, input, min):
+    return _clamp(q, input, min=min)
+
+
+def _clamp_max(q, input, max):
+    return _clamp(q, input, max=max)
+
+
 def _hardtanh(q, input, min_val=-1.0, max_val=1.0, inplace=False):
     return qat.Clamp(q(), min_val, max_val), (input,)
 
@@ -450,6 +458,8 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "add": _binary(qat.QuantAdd),
     "sub": _binary(qat.QuantSub),
     "mul": _binary(qat.QuantMul),
+    "maximum": _binary(qat.QuantMaximum),
+    "minimum": _binary(qat.QuantMinimum),
     "div": _div,
     "cat": _cat,
     "stack": _stack,
@@ -475,6 +485,10 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
 
 _SPELLING_BUILDERS: dict[str, Callable] = {
     "F.hardtanh": _hardtanh,
+    "torch.clamp_min": _clamp_min,
+    "Tensor.clamp_min": _clamp_min,
+    "torch.clamp_max": _clamp_max,
+    "Tensor.clamp_max": _clamp_max,
     "torch.square": _square,
     "Tensor.square": _square,
     "F.gelu": _gelu,

@@ -913,7 +913,7 @@ class _Binary(QATModule):
         sub / mul: ``numerics.fixed_point_binary``); a Python number operand is a
         float constant (scale 0). With a constant also at consistency level 2,
         whose float64 forward would add it exactly."""
-        if self.op not in ("add", "sub", "mul"):
+        if self.op not in ("add", "sub", "mul", "maximum", "minimum"):
             return None
         numbers = [isinstance(v, int | float) for v in (a, b)]
         if all(numbers):
@@ -978,6 +978,29 @@ class QuantMul(_Binary):
 
     def compute(self, a, b):
         return a * b
+
+
+class QuantMaximum(_Binary):
+    op = "maximum"
+
+    def compute(self, a, b):
+        return torch.maximum(*_tensors(a, b))
+
+
+class QuantMinimum(_Binary):
+    op = "minimum"
+
+    def compute(self, a, b):
+        return torch.minimum(*_tensors(a, b))
+
+
+def _tensors(a, b) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both operands as tensors (torch.maximum takes no Python number)."""
+    like = a if isinstance(a, torch.Tensor) else b
+    return tuple(
+        v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=like.dtype)
+        for v in (a, b)
+    )
 
 
 class QuantMatmul(_Binary):
