@@ -321,9 +321,14 @@ OPS: tuple[OpEntry, ...] = (
         ("torch.repeat_interleave", "Tensor.repeat_interleave"),
         PASSTHROUGH,
     ),
-    # a constant-zero pad and a nearest resize keep the input grid; other variants
-    # are prepared as unsupported
+    # a zero, reflect, replicate or circular pad and a nearest resize keep the input
+    # grid (reflect / replicate / circular: slices and a concat)
     OpEntry("pad", "hbir.pad", MOVE, ("F.pad",), PASSTHROUGH),
+    # im2col: one strided slice per kernel position, concatenated and viewed
+    OpEntry("unfold", "hbir.concat", MOVE, ("F.unfold",), PASSTHROUGH),
+    # a nonzero pad value is off the input grid: its own output fake quantization;
+    # the value's blocks and the input concatenated (convert quantizes each)
+    OpEntry("constant_pad", "hbir.concat", MOVE, ("F.pad",)),
     OpEntry("interpolate", "hbir.resize2d", MOVE, ("F.interpolate",), PASSTHROUGH),
     # bilinear makes values off the input grid: its own output fake quantization,
     # the NPU's integer weights (``weight_bits``), lowered by convert-pool

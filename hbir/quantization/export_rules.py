@@ -457,6 +457,7 @@ MODULE_IMPORTERS: dict[type, Builder] = {
     qat.Clamp: _unary_module(_clamp_op),
     qat.Abs: _unary_module(lambda m, x: hb.AbsOp(x)),
     qat.Resize: lambda ex, node: _resize_module(ex, node),
+    qat.ConstantPad: lambda ex, node: _constant_pad_module(ex, node),
     nn.ReLU: _float_unary(hb.ReluOp),
     nn.ReLU6: _unary_module(lambda m, x: hb.ClipOp(x, 0.0, 6.0)),
     nn.Hardtanh: _unary_module(lambda m, x: hb.ClipOp(x, m.min_val, m.max_val)),
@@ -725,17 +726,143 @@ def _repeat(ex: Exporter, node: fx.Node):
 
 
 def _pad(ex: Exporter, node: fx.Node):
+    """A zero pad; reflect / replicate / circular: per padded dim, slices of the
+    input concatenated around it (the values are the input's)."""
     x = ex.tensor(node.args[0])
     pads = list(_arg(node, 1, "pad"))
     mode = _arg(node, 2, "mode", "constant")
-    value = _arg(node, 3, "value", None) or 0.0
-    if mode != "constant":
+    if mode == "constant":
+        low, high = _low_high(pads, len(hb.shape_of(x)))
+        return ex.emit(hb.PadOp(x, low, high, 0.0))
+    if mode not in _PAD_PIECES:
         raise Unsupported(f"pad mode {mode!r}")
-    rank = len(hb.shape_of(x))
+    y = x
+    for dim, before, after in _padded_dims(pads, len(hb.shape_of(x))):
+        pieces = _PAD_PIECES[mode](ex, y, dim, before, after)
+        y = ex.emit(hb.ConcatOp(pieces, dim))
+    return y
+
+
+def _low_high(pads: list[int], rank: int) -> tuple[list[int], list[int]]:
+    """F.pad's ``(left of the last dim, right of it, left of the one before, ...)``
+    as per-dim low / high amounts."""
     low, high = [0] * rank, [0] * rank
     for i in range(len(pads) // 2):
         low[rank - 1 - i], high[rank - 1 - i] = pads[2 * i], pads[2 * i + 1]
-    return ex.emit(hb.PadOp(x, low, high, float(value)))
+    return low, high
+
+
+def _padded_dims(pads: list[int], rank: int):
+    low, high = _low_high(pads, rank)
+    return [
+        (d, lo, hi)
+        for d, (lo, hi) in enumerate(zip(low, high, strict=True))
+        if lo or hi
+    ]
+
+
+def _cut(ex: Exporter, x, dim: int, start: int, stop: int):
+    shape = hb.shape_of(x)
+    begin, end = [0] * len(shape), list(shape)
+    begin[dim], end[dim] = start, stop
+    return ex.emit(hb.SliceOp(x, begin, end))
+
+
+def _reflect_pieces(ex: Exporter, x, dim: int, before: int, after: int):
+    """``x[before:0:-1], x, x[-2:-2-after:-1]`` along ``dim``."""
+    n = hb.shape_of(x)[dim]
+    pieces = [x]
+    if before:
+        pieces.insert(0, ex.emit(hb.FlipOp(_cut(ex, x, dim, 1, before + 1), [dim])))
+    if after:
+        pieces.append(ex.emit(hb.FlipOp(_cut(ex, x, dim, n - 1 - after, n - 1), [dim])))
+    return pieces
+
+
+def _replicate_pieces(ex: Exporter, x, dim: int, before: int, after: int):
+    """The first entry ``before`` times, ``x``, the last ``after`` times."""
+    n = hb.shape_of(x)[dim]
+    first, last = _cut(ex, x, dim, 0, 1), _cut(ex, x, dim, n - 1, n)
+    return [first] * before + [x] + [last] * after
+
+
+def _circular_pieces(ex: Exporter, x, dim: int, before: int, after: int):
+    """``x[-before:], x, x[:after]``."""
+    n = hb.shape_of(x)[dim]
+    pieces = [x]
+    if before:
+        pieces.insert(0, _cut(ex, x, dim, n - before, n))
+    if after:
+        pieces.append(_cut(ex, x, dim, 0, after))
+    return pieces
+
+
+def _unfold(ex: Exporter, node: fx.Node):
+    """``F.unfold`` (im2col) of ``[N, C, H, W]``: zero padding, then for each
+    kernel position ``(i, j)`` the strided slice of the window starts, viewed as
+    ``[N, C, 1, L]``; concatenated along that dim and viewed as ``[N, C*kh*kw,
+    L]`` (the channel index is ``c * kh * kw + i * kw + j``, as torch's)."""
+    x = ex.tensor(node.args[0])
+    kernel, dilation, padding, stride = (
+        _pair(_arg(node, i, name, default))
+        for i, name, default in (
+            (1, "kernel_size", None),
+            (2, "dilation", 1),
+            (3, "padding", 0),
+            (4, "stride", 1),
+        )
+    )
+    if len(hb.shape_of(x)) != 4:
+        raise Unsupported("unfold of a tensor that is not [N, C, H, W]")
+    if any(padding):
+        x = ex.emit(hb.PadOp(x, (0, 0, *padding), (0, 0, *padding), 0.0))
+    n, c, h, w = hb.shape_of(x)
+    out = [
+        (size - d * (k - 1) - 1) // s + 1
+        for size, k, d, s in zip((h, w), kernel, dilation, stride, strict=True)
+    ]
+    pieces = []
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            top, left = i * dilation[0], j * dilation[1]
+            begin = (0, 0, top, left)
+            end = (
+                n,
+                c,
+                top + (out[0] - 1) * stride[0] + 1,
+                left + (out[1] - 1) * stride[1] + 1,
+            )
+            window = ex.emit(hb.SliceOp(x, begin, end, (1, 1, *stride)))
+            pieces.append(_reshaped(ex, window, (n, c, 1, out[0] * out[1])))
+    y = pieces[0] if len(pieces) == 1 else ex.emit(hb.ConcatOp(pieces, 2))
+    return _reshaped(ex, y, ex.recorded_shape(node))
+
+
+_PAD_PIECES = {
+    "reflect": _reflect_pieces,
+    "replicate": _replicate_pieces,
+    "circular": _circular_pieces,
+}
+
+
+def _constant_pad_module(ex: Exporter, node: fx.Node):
+    """A nonzero pad value: blocks of the value concatenated around the input per
+    padded dim, then the module's output fake quant."""
+    mod = _module(ex, node)
+    (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+    dtype = ex.dtype(x)
+    y = x
+    for dim, before, after in _padded_dims(list(mod.pad), len(hb.shape_of(x))):
+        pieces = [y]
+        for amount, at in ((before, 0), (after, 1)):
+            if amount:
+                shape = list(hb.shape_of(y))
+                shape[dim] = amount
+                np_dtype = np.float64 if dtype == torch.float64 else np.float32
+                block = ex.constant(np.full(shape, mod.value, np_dtype))
+                pieces.insert(len(pieces) if at else 0, block)
+        y = ex.emit(hb.ConcatOp(pieces, dim))
+    return _output(ex, mod, y, dtype)
 
 
 def _interpolate(ex: Exporter, node: fx.Node):
@@ -812,6 +939,7 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "cast": _to_same,
     "dropout": _identity,
     "pad": _pad,
+    "unfold": _unfold,
     "interpolate": _interpolate,
     "roll": _roll,
     "flip": _flip,

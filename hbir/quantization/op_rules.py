@@ -416,6 +416,17 @@ def _avg_pool2d(
     return module, (input,)
 
 
+def _constant_pad(q, input, pad, mode="constant", value=None):
+    _require(min(pad, default=0) >= 0, "negative padding (a crop: slice instead)")
+    _require(isinstance(value, int | float), "a pad value that is not a number")
+    _require(
+        math.isfinite(value),
+        f"pad value {value} (no grid holds it: pad with a finite value, or use the "
+        "pool's own padding)",
+    )
+    return qat.ConstantPad(q(), tuple(pad), float(value)), (input,)
+
+
 def _adaptive_avg_pool2d(q, input, output_size):
     return qat.AdaptiveAvgPool2d(output_size, qconfig=q()), (input,)
 
@@ -424,7 +435,7 @@ def _adaptive_avg_pool2d(q, input, output_size):
 
 
 def _pad_keeps_grid(input, pad, mode="constant", value=None):
-    return mode == "constant" and not value
+    return min(pad, default=0) >= 0 and (mode != "constant" or not value)
 
 
 def _interpolate_keeps_grid(
@@ -480,6 +491,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "group_norm": _group_norm,
     "normalize": _normalize,
     "resize": _resize,
+    "constant_pad": _constant_pad,
     "abs": _unary(qat.Abs),
 }
 
@@ -565,7 +577,14 @@ _CONDITIONS: dict[str, Callable[..., bool]] = {
 # torch modules whose forward is one call of a functional prepare has a rule for:
 # traced into, so the call gets that rule (nn.Upsample and its subclasses
 # UpsamplingNearest2d / UpsamplingBilinear2d call F.interpolate).
-TRACED_THROUGH: tuple[type, ...] = (nn.Upsample,)
+TRACED_THROUGH: tuple[type, ...] = (nn.Upsample, nn.Unfold)
+# the padding modules call F.pad
+TRACED_THROUGH += (
+    nn.modules.padding._ConstantPadNd,
+    nn.modules.padding._ReflectionPadNd,
+    nn.modules.padding._ReplicationPadNd,
+    nn.modules.padding._CircularPadNd,
+)
 MODULE_RULES: dict[type, OpRule] = {}
 FUNCTION_RULES: dict[Callable, OpRule] = {}
 METHOD_RULES: dict[str, OpRule] = {}

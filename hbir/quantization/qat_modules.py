@@ -881,6 +881,27 @@ class Abs(QATModule):
         return self.activation_post_process(torch.abs(x))
 
 
+class ConstantPad(QATModule):
+    """``F.pad`` with a nonzero value, with its own output fake quant (the value is
+    off the input grid); exported as the value's blocks concatenated with the
+    input, so convert quantizes the value onto the output grid like any
+    constant."""
+
+    op = "constant_pad"
+
+    def __init__(self, qconfig: QConfig, pad: tuple[int, ...], value: float) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.pad, self.value = tuple(pad), float(value)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        (x,) = self._quant_inputs(x)
+        return self.activation_post_process(F.pad(x, self.pad, value=self.value))
+
+    def extra_repr(self) -> str:
+        return f"pad={self.pad}, value={self.value}"
+
+
 class ReLU(Clamp):
     op = "relu"
 

@@ -1,7 +1,7 @@
 """Everyday ops of detection and segmentation models, all the way to model.hbm.
 
 Each small graph (resizes and upsampling modules, a value concatenated with itself
-or repeated, an FPN neck) is prepared, calibrated, exported, converted and
+or repeated, the padding modules and unfold, an FPN neck) is prepared, calibrated, exported, converted and
 compiled; the ``model.hbm`` loaded back from its file and quantized.bc's own
 fast feed (its compiled program, in memory) must both give outputs bit-identical
 to quantized.bc's as the interpreter defines it (``reference=True``).
@@ -86,6 +86,12 @@ GRAPHS = {
     "tile": lambda: _Head(lambda m, y: torch.tile(y, (1, 2, 1, 1))),
     "repeat-interleave": lambda: _Head(lambda m, y: y.repeat_interleave(2, dim=1)),
     "pixel-shuffle": lambda: _Upsampled(nn.PixelShuffle(2)),
+    "zero-pad-module": lambda: _Upsampled(nn.ZeroPad2d((1, 2, 0, 1))),
+    "constant-pad-module": lambda: _Upsampled(nn.ConstantPad2d(1, -0.75)),
+    "reflection-pad-module": lambda: _Upsampled(nn.ReflectionPad2d((2, 1, 1, 2))),
+    "replication-pad-module": lambda: _Upsampled(nn.ReplicationPad2d(2)),
+    "circular-pad-module": lambda: _Upsampled(nn.CircularPad2d((1, 1, 2, 0))),
+    "unfold-module": lambda: _Upsampled(nn.Unfold(3, dilation=2, padding=1)),
     "fpn-nearest": lambda: _Fpn(),
     "fpn-bilinear": lambda: _Fpn("bilinear"),
 }

@@ -265,7 +265,9 @@ SAMPLES = {
     "Tensor.repeat_interleave": _x4(lambda m, x: x.repeat_interleave(3, dim=-1)),
     "Tensor.expand": (lambda m, x: x.expand(2, 3, 4), (1, 1, 4)),
     "Tensor.expand_as": (lambda m, x: x.expand_as(torch.empty(2, 3, 4)), (3, 1)),
-    "F.pad": _x4(lambda m, x: F.pad(x, (1, 0, 2, 1))),
+    "F.pad": _x4(lambda m, x: F.pad(x, (1, 0, 2, 1), mode="reflect")),
+    "constant_pad:F.pad": _x4(lambda m, x: F.pad(x, (2, 1, 0, 1), value=0.3)),
+    "F.unfold": _x4(lambda m, x: F.unfold(x, (2, 3), padding=(1, 0), stride=2)),
     "F.interpolate": _x4(lambda m, x: F.interpolate(x, scale_factor=2.0)),
     "resize:F.interpolate": _x4(
         lambda m, x: F.interpolate(x, size=(9, 4), mode="bilinear")
