@@ -91,8 +91,8 @@ def _round_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def _t(x: np.ndarray) -> torch.Tensor:
-    """A torch view of a numpy array (no copy)."""
-    return torch.from_numpy(x)
+    """A torch view of a numpy array (no copy); numpy's 0-d results are scalars."""
+    return torch.from_numpy(np.asarray(x))
 
 
 def _f64(x: np.ndarray) -> torch.Tensor:
@@ -103,7 +103,7 @@ def _f64(x: np.ndarray) -> torch.Tensor:
 def _float_out(op: Operation, y: torch.Tensor | np.ndarray) -> np.ndarray:
     """A float result in the storage dtype of the op's first result."""
     element = _element(op.results[0])
-    y = y.numpy() if isinstance(y, torch.Tensor) else y
+    y = y.numpy() if isinstance(y, torch.Tensor) else np.asarray(y)  # 0-d: scalars
     if isinstance(element, BFloat16Type):
         return _round_bf16(y)
     return y.astype(numpy_dtype(element), copy=False)
@@ -182,7 +182,7 @@ def _elementwise(
     ) -> tuple[np.ndarray, ...]:
         if exact is not None and qnt.EXACT in op.attributes:
             y = numerics.fixed_point_binary(exact, exact_grids(op), *args, rounding)
-            return (_float_out(op, torch.from_numpy(y)),)
+            return (_float_out(op, y),)
         if _is_float(args[0]):
             return (_float_out(op, float_fn(*map(_t, args))),)
         if int_fn is None:
@@ -204,7 +204,7 @@ def _clip(
     lo, hi = op.min.value.data, op.max.value.data
     if qnt.EXACT in op.attributes:
         y = numerics.fixed_point_clip(exact_grids(op), x, lo, hi, rounding)
-        return (_float_out(op, torch.from_numpy(y)),)
+        return (_float_out(op, y),)
     if _is_float(x):
         return (_float_out(op, torch.clamp(_t(x), lo, hi)),)
     lo, hi = round(lo), round(hi)  # Python's round() is half-to-even
@@ -262,7 +262,7 @@ def _exact_mean(op, x, dims, keepdim, divisor, rounding):
     y = numerics.fixed_point_mean(
         exact_grids(op), x, tuple(dims), keepdim, divisor, rounding
     )
-    return (_float_out(op, torch.from_numpy(np.asarray(y))),)
+    return (_float_out(op, y),)
 
 
 def _reduce_sum(
@@ -344,7 +344,7 @@ def _exact_gemm(
         w_out_axis=w_out_axis,
         mode=rounding,
     )
-    return (_float_out(op, torch.from_numpy(y)),)
+    return (_float_out(op, y),)
 
 
 def _conv2d(op: hbir.Conv2dOp, x: np.ndarray, w: np.ndarray, b=None, *, rounding=None):
@@ -520,7 +520,7 @@ def _avg_pool2d(
         y = numerics.fixed_point_avg_pool(
             exact_grids(op), x, *window, include_pad, out_hw, rounding
         )
-        return (_float_out(op, torch.from_numpy(np.asarray(y))),)
+        return (_float_out(op, y),)
     if _is_float(x):
         y = F.avg_pool2d(_t(x), **args, count_include_pad=include_pad)
         return (_float_out(op, y),)

@@ -621,6 +621,7 @@ class FakeQuantizer:
             return numerics.fake_quant(x, *self.reference)
         with np.errstate(invalid="ignore"):  # half-up of inf: inf - inf
             v = numerics.round_float(v, self.mode)
+        v = np.asarray(v)  # numpy makes scalars of 0-d results
         v += self.zp  # also turns the -0.0 of rint(-0.3) into the reference's 0.0
         np.clip(v, self.lo, self.hi, out=v)
         if self.has_zp:

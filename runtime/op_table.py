@@ -95,6 +95,16 @@ OPS: tuple[OpEntry, ...] = (
         ("F.scaled_dot_product_attention",),
         DECOMPOSED,
     ),
+    # ``beta * input + alpha * (a @ b)``
+    OpEntry(
+        "addmm",
+        "hbir.matmul",
+        GEMM,
+        ("torch.addmm", "torch.baddbmm", "Tensor.addmm", "Tensor.baddbmm"),
+        DECOMPOSED,
+    ),
+    # two operands: a batched matmul between permutations and views
+    OpEntry("einsum", "hbir.matmul", GEMM, ("torch.einsum",), DECOMPOSED),
     # in-projections, the heads' attention, the out-projection
     OpEntry(
         "multihead_attention",
@@ -142,6 +152,14 @@ OPS: tuple[OpEntry, ...] = (
     # exponent 2: mul; 0.5, -0.5, -1: the sqrt, rsqrt, reciprocal tables
     OpEntry(
         "pow", "hbir.mul", ELEMENTWISE, ("operator.pow", "torch.pow", "Tensor.pow")
+    ),
+    # ``input + value * a * b``
+    OpEntry(
+        "addcmul",
+        "hbir.add",
+        ELEMENTWISE,
+        ("torch.addcmul", "Tensor.addcmul"),
+        DECOMPOSED,
     ),
     # ``-x`` is an exact multiplication by -1
     OpEntry(
@@ -222,6 +240,34 @@ OPS: tuple[OpEntry, ...] = (
     ),
     # ``x * rsqrt(sum(x * x))`` (p = 2)
     OpEntry("normalize", "hbir.mul", ELEMENTWISE, ("F.normalize",), DECOMPOSED),
+    # a group norm of one channel per group (running statistics: an affine)
+    OpEntry(
+        "instance_norm",
+        "hbir.layer_norm",
+        FLOAT,
+        ("nn.InstanceNorm1d", "nn.InstanceNorm2d", "F.instance_norm"),
+        DECOMPOSED,
+    ),
+    # ``(x - max) - log(sum(exp(x - max)))``
+    OpEntry(
+        "log_softmax",
+        "hbir.sub",
+        ELEMENTWISE,
+        ("nn.LogSoftmax", "F.log_softmax", "torch.log_softmax")
+        + ("Tensor.log_softmax",),
+        DECOMPOSED,
+    ),
+    # ``mean((x - mean(x))^2) * n / (n - correction)``; std: its sqrt table
+    OpEntry("var", "hbir.reduce_mean", POOL, ("torch.var", "Tensor.var"), DECOMPOSED),
+    OpEntry("std", "hbir.reduce_mean", POOL, ("torch.std", "Tensor.std"), DECOMPOSED),
+    # the 2-norm ``sqrt(sum(x * x))``
+    OpEntry(
+        "norm",
+        "hbir.reduce_sum",
+        POOL,
+        ("torch.norm", "Tensor.norm", "torch.linalg.vector_norm"),
+        DECOMPOSED,
+    ),
     # ---------------------------------------------------------------- reductions, pools
     OpEntry("sum", "hbir.reduce_sum", POOL, ("torch.sum", "Tensor.sum")),
     OpEntry("mean", "hbir.reduce_mean", POOL, ("torch.mean", "Tensor.mean")),

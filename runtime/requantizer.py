@@ -578,7 +578,9 @@ class ChannelBlocks:
 
     def __init__(self, x: np.ndarray, axis: int | None):
         self.perm = memory_order(x)
-        flat = np.ascontiguousarray(x.transpose(self.perm))
+        flat = x.transpose(self.perm)
+        if not flat.flags.c_contiguous:  # (ascontiguousarray makes 0-d 1-d)
+            flat = np.ascontiguousarray(flat)
         self.flat_shape = flat.shape
         k = None if axis is None else self.perm.index(axis)
         if k is None:

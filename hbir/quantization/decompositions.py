@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from hbir.quantization.lut_modules import Exp, Reciprocal, Rsqrt
+from hbir.quantization.lut_modules import Exp, Log, Reciprocal, Rsqrt, Sqrt
 from hbir.quantization.qat_modules import (
     QuantAdd,
     QuantAffine,
@@ -63,6 +63,222 @@ class SoftmaxDecomposition(Decomposition):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class LogSoftmaxDecomposition(Decomposition):
+    """``log_softmax(x) = (x - max(x)) - log(sum(exp(x - max(x))))``: the shifted
+    input is at most 0 and the sum in [1, n], so each step keeps a small range."""
+
+    op = "log_softmax"
+
+    def __init__(self, dim: int, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.dim = dim
+        self.shift = QuantSub(qconfig_for("shift", QuantSub, False))
+        self.exp = Exp(qconfig_for("exp", Exp, False))
+        self.sum = QuantSum(qconfig_for("sum", QuantSum, False), dim, keepdim=True)
+        self.log = Log(qconfig_for("log", Log, False))
+        self.sub = QuantSub(qconfig_for("sub", QuantSub, True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shifted = self.shift(x, torch.amax(x, self.dim, keepdim=True))
+        return self.sub(shifted, self.log(self.sum(self.exp(shifted))))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class VarianceDecomposition(Decomposition):
+    """``var(x) = mean((x - mean(x))^2) * n / (n - correction)`` over ``dims``;
+    ``std`` is its square root (a table)."""
+
+    op = "var"
+
+    def __init__(
+        self,
+        dims: tuple[int, ...],
+        count: int,
+        correction: float,
+        keepdim: bool,
+        sqrt: bool,
+        qconfig_for: StepQconfig,
+    ) -> None:
+        super().__init__()
+        self.dims, self.keepdim = dims, keepdim
+        self.factor = count / (count - correction) if correction else None
+        self.mean = QuantMean(qconfig_for("mean", QuantMean, False), dims, keepdim=True)
+        self.sub = QuantSub(qconfig_for("sub", QuantSub, False))
+        self.square = QuantMul(qconfig_for("square", QuantMul, False))
+        last = self.factor is None and not sqrt
+        self.var = QuantMean(qconfig_for("var", QuantMean, last), dims, keepdim)
+        self.scale = None
+        if self.factor is not None:
+            self.scale = QuantMul(qconfig_for("scale", QuantMul, not sqrt))
+        self.sqrt = Sqrt(qconfig_for("sqrt", Sqrt, True)) if sqrt else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centered = self.sub(x, self.mean(x))
+        y = self.var(self.square(centered, centered))
+        if self.scale is not None:
+            y = self.scale(y, self.factor)
+        return y if self.sqrt is None else self.sqrt(y)
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}, factor={self.factor}, keepdim={self.keepdim}"
+
+
+class NormDecomposition(Decomposition):
+    """The 2-norm ``sqrt(sum(x * x, dims))``."""
+
+    op = "norm"
+
+    def __init__(self, dims, keepdim: bool, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.dims, self.keepdim = dims, keepdim
+        self.square = QuantMul(qconfig_for("square", QuantMul, False))
+        self.sum = QuantSum(qconfig_for("sum", QuantSum, False), dims, keepdim)
+        self.sqrt = Sqrt(qconfig_for("sqrt", Sqrt, True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sqrt(self.sum(self.square(x, x)))
+
+    def extra_repr(self) -> str:
+        return f"dims={self.dims}, keepdim={self.keepdim}"
+
+
+class AddProductDecomposition(Decomposition):
+    """``beta * input + alpha * (a op b)``: ``addcmul`` (op: ``*``, alpha is its
+    ``value``), ``addmm`` / ``baddbmm`` (op: ``@``). A factor of 1 is no step; with
+    ``beta = 0`` the input is ignored (as torch does, even where it is NaN)."""
+
+    op = "addcmul"
+
+    def __init__(
+        self, matmul: bool, alpha: float, beta: float, qconfig_for: StepQconfig
+    ) -> None:
+        super().__init__()
+        self.alpha, self.beta = alpha, beta
+        cls = QuantMatmul if matmul else QuantMul
+        scaled, added = alpha != 1, beta != 0
+        self.product = cls(qconfig_for("product", cls, not (scaled or added)))
+        if scaled:
+            self.scale = QuantMul(qconfig_for("scale", QuantMul, not added))
+        if added and beta != 1:
+            self.scale_input = QuantMul(qconfig_for("scale_input", QuantMul, False))
+        if added:
+            self.add = QuantAdd(qconfig_for("add", QuantAdd, True))
+
+    def forward(self, input, a, b):
+        y = self.product(a, b)
+        if self.alpha != 1:
+            y = self.scale(y, self.alpha)
+        if self.beta == 0:
+            return y
+        if self.beta != 1:
+            input = self.scale_input(input, self.beta)
+        return self.add(input, y)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, beta={self.beta}"
+
+
+class EinsumDecomposition(Decomposition):
+    """``torch.einsum`` of two operands as one quantized batched matmul: each
+    operand permuted to (batch, kept, contracted) / (batch, contracted, kept) and
+    viewed as 3-d, the product viewed and permuted to the output's labels.
+    ``plan`` (``einsum_plan``) holds the permutations and views, made once from the
+    traced shapes; a one-operand einsum is a permutation (``EinsumPermutation``)."""
+
+    op = "einsum"
+
+    def __init__(self, plan: dict, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.plan = plan
+        self.matmul = QuantMatmul(qconfig_for("matmul", QuantMatmul, True))
+
+    def forward(self, a, b):
+        plan = self.plan
+        (perm_a, view_a), (perm_b, view_b) = plan["inputs"]
+        a = a.permute(perm_a).reshape(view_a)
+        b = b.permute(perm_b).reshape(view_b)
+        return self.matmul(a, b).reshape(plan["out_view"]).permute(plan["out_perm"])
+
+    def extra_repr(self) -> str:
+        return f"equation={self.plan['equation']!r}"
+
+
+class EinsumPermutation(Decomposition):
+    """A one-operand ``torch.einsum`` that only reorders its labels."""
+
+    op = "einsum"
+
+    def __init__(self, plan: dict, qconfig_for: StepQconfig) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def forward(self, a):
+        return a.permute(self.plan["out_perm"])
+
+    def extra_repr(self) -> str:
+        return f"equation={self.plan['equation']!r}"
+
+
+def einsum_plan(equation: str, shapes: list[tuple[int, ...]]) -> dict:
+    """The permutations and views of ``EinsumDecomposition``; ValueError for what
+    it cannot compute (ellipses, repeated or summed-out labels, 3+ operands)."""
+    text = equation.replace(" ", "")
+    if "..." in text:
+        raise ValueError("an einsum with '...' (write the labels out)")
+    lhs, arrow, out = text.partition("->")
+    ins = lhs.split(",")
+    if not arrow:
+        counts = {c: lhs.count(c) for c in lhs if c != ","}
+        out = "".join(sorted(c for c, n in counts.items() if n == 1))
+    if len(ins) not in (1, 2) or len(ins) != len(shapes):
+        raise ValueError(f"an einsum of {len(ins)} operands (1 or 2)")
+    for labels, shape in zip(ins, shapes, strict=True):
+        if len(set(labels)) != len(labels) or len(labels) != len(shape):
+            raise ValueError(f"einsum operand {labels!r} (a repeated label: diagonal)")
+    size = {
+        c: n
+        for labels, shape in zip(ins, shapes, strict=True)
+        for c, n in zip(labels, shape, strict=True)
+    }
+    if len(ins) == 1:
+        if sorted(ins[0]) != sorted(out):
+            raise ValueError("a one-operand einsum that sums (use sum)")
+        return {
+            "equation": equation,
+            "inputs": [],
+            "out_perm": [ins[0].index(c) for c in out],
+        }
+    a, b = ins
+    if any((c in a) != (c in b) and c not in out for c in a + b):
+        raise ValueError("an einsum label summed in one operand only (sum it first)")
+    batch = [c for c in out if c in a and c in b]
+    contracted = [c for c in a if c in b and c not in out]
+    left = [c for c in out if c in a and c not in b]
+    right = [c for c in out if c in b and c not in a]
+
+    def prod(labels):
+        return math.prod(size[c] for c in labels)
+
+    order = batch + left + right
+    return {
+        "equation": equation,
+        "inputs": [
+            (
+                [a.index(c) for c in batch + left + contracted],
+                (prod(batch), prod(left), prod(contracted)),
+            ),
+            (
+                [b.index(c) for c in batch + contracted + right],
+                (prod(batch), prod(contracted), prod(right)),
+            ),
+        ],
+        "out_view": tuple(size[c] for c in order),
+        "out_perm": [order.index(c) for c in out],
+    }
 
 
 class LayerNormDecomposition(Decomposition):

@@ -131,7 +131,7 @@ class LutModule(QATModule):
             config.num_tables,
             get_round_mode(),
         )
-        return torch.from_numpy(y).to(x.dtype)
+        return torch.from_numpy(np.asarray(y)).to(x.dtype)  # 0-d: a scalar
 
     def extra_repr(self) -> str:
         text = f"num_tables={self.num_tables}"

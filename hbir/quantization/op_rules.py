@@ -19,18 +19,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import fx, nn
 
 from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.decompositions import (
+    AddProductDecomposition,
     AttentionDecomposition,
     DivDecomposition,
+    EinsumDecomposition,
+    EinsumPermutation,
     GroupNormDecomposition,
     LayerNormDecomposition,
+    LogSoftmaxDecomposition,
     MultiheadAttentionDecomposition,
     NormalizeDecomposition,
+    NormDecomposition,
     SoftmaxDecomposition,
+    VarianceDecomposition,
+    einsum_plan,
 )
 from hbir.quantization.spellings import resolve
 from hbir.runtime import numerics, op_table
@@ -364,8 +372,106 @@ def _square(q, input):
 
 def _softmax(q, input, dim=None, _stacklevel=3, dtype=None):
     _require(dim is not None, "softmax without dim")
-    _require(dtype is None, f"dtype={dtype}")
+    _require(dtype in (None, torch.float32), f"dtype={dtype}")
     return SoftmaxDecomposition(dim, q.step), (input,)
+
+
+def _log_softmax(q, input, dim=None, _stacklevel=3, dtype=None):
+    _require(dim is not None, "log_softmax without dim")
+    _require(dtype in (None, torch.float32), f"dtype={dtype}")
+    return LogSoftmaxDecomposition(dim, q.step), (input,)
+
+
+def _module_log_softmax(q, mod, x, *, fused_relu=None):
+    _require(mod.dim is not None, "nn.LogSoftmax without dim")
+    return LogSoftmaxDecomposition(mod.dim, q.step), (x,)
+
+
+def _dims(input, dim) -> tuple[int, ...]:
+    """``dim`` (None: all, an int, a sequence) as non-negative dims of ``input``."""
+    rank = _rank(input)
+    if dim is None or dim == ():
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(d % rank for d in dims)
+
+
+def _variance(sqrt: bool):
+    """``var`` / ``std`` in their three signatures: ``(x, dim, *, correction,
+    keepdim)``, ``(x, dim, unbiased, keepdim)`` and ``(x, unbiased)``."""
+
+    def build(q, input, dim=None, *args, correction=None, keepdim=False, unbiased=None):
+        if isinstance(dim, bool):
+            unbiased, dim = dim, None
+        if args:
+            unbiased = args[0]
+            keepdim = args[1] if len(args) > 1 else keepdim
+        if correction is None:
+            correction = 0 if unbiased is False else 1
+        dims = _dims(input, dim)
+        count = math.prod(input.meta["hbir_value"].shape[d] for d in dims)
+        _require(count > correction, f"{count} values with correction={correction}")
+        module = VarianceDecomposition(
+            dims, count, float(correction), bool(keepdim), sqrt, q.step
+        )
+        return module, (input,)
+
+    return build
+
+
+def _norm(q, input, p=2, dim=None, keepdim=False, *, out=None, dtype=None, ord=None):
+    p = p if ord is None else ord
+    _require(p in (2, "fro"), f"p={p!r} (the 2-norm only)")
+    _require(out is None and dtype is None, "out= / dtype=")
+    return NormDecomposition(_dims(input, dim), bool(keepdim), q.step), (input,)
+
+
+def _instance_norm(
+    q,
+    input,
+    running_mean=None,
+    running_var=None,
+    weight=None,
+    bias=None,
+    use_input_stats=True,
+    momentum=0.1,
+    eps=1e-5,
+):
+    _require(use_input_stats, "use_input_stats=False (normalize with running stats)")
+    weight, bias = q.constant(weight), q.constant(bias)
+    channels = input.meta["hbir_value"].shape[1]
+    return _group_norm_of(q, input, channels, weight, bias, eps)
+
+
+def _module_instance_norm(q, mod, x, *, fused_relu=None):
+    if mod.track_running_stats and mod.running_var is not None:
+        return qat.QuantAffine.from_batch_norm(mod, q(), _rank(x)), (x,)
+    channels = x.meta["hbir_value"].shape[1]
+    return _group_norm_of(q, x, channels, mod.weight, mod.bias, mod.eps)
+
+
+def _addcmul(q, input, tensor1, tensor2, *, value=1, out=None):
+    _require(out is None, "out=")
+    return AddProductDecomposition(False, value, 1, q.step), (input, tensor1, tensor2)
+
+
+def _addmm(q, input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    _require(out is None, "out=")
+    module = AddProductDecomposition(True, alpha, beta, q.step)
+    return module, (input, mat1, mat2)
+
+
+def _einsum(q, equation, *operands):
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    _require(all(_is_tensor_arg(x) for x in operands), "operands that are not tensors")
+    shapes = [tuple(x.meta["hbir_value"].shape) for x in operands]
+    try:
+        plan = einsum_plan(equation, shapes)
+    except ValueError as e:
+        raise Unsupported(str(e)) from None
+    cls = EinsumDecomposition if plan["inputs"] else EinsumPermutation
+    return cls(plan, q.step), operands
 
 
 def _layer_norm(q, input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -459,6 +565,8 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "relu6": _module_simple(qat.ReLU6),
     "clamp": _module_hardtanh,
     "softmax": _module_softmax,
+    "log_softmax": _module_log_softmax,
+    "instance_norm": _module_instance_norm,
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,
     "group_norm": _module_group_norm,
@@ -482,6 +590,14 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "clamp": _clamp,
     "pow": _pow,
     "softmax": _softmax,
+    "log_softmax": _log_softmax,
+    "var": _variance(False),
+    "std": _variance(True),
+    "norm": _norm,
+    "instance_norm": _instance_norm,
+    "addcmul": _addcmul,
+    "addmm": _addmm,
+    "einsum": _einsum,
     "layer_norm": _layer_norm,
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,

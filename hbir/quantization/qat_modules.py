@@ -209,8 +209,8 @@ def _numpy(v) -> np.ndarray:
 
 def _with_gradient(approx: torch.Tensor, exact: np.ndarray) -> torch.Tensor:
     """``exact`` (the integer pipeline's values) with ``approx``'s gradient when
-    one is needed (straight through)."""
-    y = torch.from_numpy(exact).to(approx.device)
+    one is needed (straight through); a reduction over every dim is 0-d."""
+    y = torch.from_numpy(np.asarray(exact)).to(approx.device)
     if torch.is_grad_enabled() and approx.requires_grad:
         return _Substitute.apply(approx, y)
     return y

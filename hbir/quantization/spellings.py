@@ -22,7 +22,9 @@ def resolve(spelling: str) -> tuple[Kind, Any]:
         if not hasattr(torch.Tensor, name):
             raise AttributeError(f"op table: torch.Tensor has no method {name!r}")
         return "method", name
-    target = getattr(_ROOTS[root], name)
+    target = _ROOTS[root]
+    for part in name.split("."):  # torch.linalg.vector_norm
+        target = getattr(target, part)
     if isinstance(target, type) and issubclass(target, nn.Module):
         return "module", target
     return "function", target
