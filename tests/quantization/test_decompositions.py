@@ -1,4 +1,5 @@
-"""Softmax, layer norm and division as chains of QAT modules."""
+"""Softmax, layer norm, division and the other decomposed ops as chains of QAT
+modules."""
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from hbir.quantization import qat_modules as qat
 from hbir.quantization.decompositions import (
     LayerNormDecomposition,
     SoftmaxDecomposition,
+    einsum_plan,
 )
 
 
@@ -175,3 +177,67 @@ def test_division_by_a_tensor_is_reciprocal_then_mul(tmp_path):
     set_fake_quantize(qat_model.eval(), FakeQuantState._FLOAT)
     x = torch.randn(4, 5)
     torch.testing.assert_close(qat_model(x), x / (x * x + 1.0))
+
+
+class _Call(nn.Module):
+    def __init__(self, call, module=None):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.call, self.op = call, module
+
+    def forward(self, x):
+        return self.dequant(self.call(self, self.quant(x)))
+
+
+# op -> (call on the quantized input, input shape); each prepared as a chain of steps
+FLOAT_EQUAL = {
+    "log_softmax": (lambda m, x: F.log_softmax(x, -1), (3, 8)),
+    "var": (lambda m, x: torch.var(x, dim=(1, 2), keepdim=True), (2, 3, 4, 5)),
+    "var-biased": (lambda m, x: x.var(1, False), (2, 3, 4, 5)),
+    "std-all": (lambda m, x: x * x.std(), (2, 3, 4, 5)),
+    "std-correction": (lambda m, x: torch.std(x, 0, correction=2), (6, 5)),
+    "norm": (lambda m, x: x.norm(dim=-1, keepdim=True), (2, 3, 4)),
+    "instance-norm": (lambda m, x: m.op(x), (2, 3, 4, 5)),
+    "addcmul": (lambda m, x: torch.addcmul(x, x, x.flip(-1), value=-0.5), (2, 6)),
+    "baddbmm": (
+        lambda m, x: torch.baddbmm(x[..., :3], x, x.transpose(1, 2), beta=2, alpha=-1),
+        (2, 3, 4),
+    ),
+    "einsum": (lambda m, x: torch.einsum("bij,bkj->bki", x, x * 2), (2, 3, 4)),
+    "einsum-outer": (lambda m, x: torch.einsum("bi,bj->bji", x, x), (2, 5)),
+    "einsum-permutation": (lambda m, x: torch.einsum("abc->cab", x), (2, 3, 4)),
+}
+MODULES = {"instance-norm": lambda: nn.InstanceNorm2d(3, affine=True)}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_EQUAL))
+def test_new_decompositions_compute_the_torch_op_in_float_mode(name, tmp_path):
+    call, shape = FLOAT_EQUAL[name]
+    torch.manual_seed(0)
+    module = MODULES.get(name, lambda: None)()
+    if module is not None:
+        module.weight.data.uniform_(0.5, 1.5)
+        module.bias.data.normal_()
+    model = _Call(call, module).eval()
+    x = torch.randn(shape)
+    qat_model = prepare(model, x, out_dir=tmp_path)
+    generated = [n for n, _ in qat_model.named_modules() if n.startswith("_generated")]
+    assert generated or module is not None, "nothing was prepared"
+    set_fake_quantize(qat_model, FakeQuantState._FLOAT)
+    with torch.no_grad():
+        torch.testing.assert_close(qat_model(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "equation, shapes, message",
+    [
+        ("...ij,...jk->...ik", [(2, 3), (3, 4)], "'...'"),
+        ("ii,ij->j", [(3, 3), (3, 4)], "repeated label"),
+        ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], "3 operands"),
+        ("ij,kl->i", [(2, 3), (4, 5)], "summed in one operand"),
+        ("ij->i", [(2, 3)], "sums"),
+    ],
+)
+def test_einsums_without_a_matmul_form_are_refused(equation, shapes, message):
+    with pytest.raises(ValueError, match=message):
+        einsum_plan(equation, shapes)
