@@ -38,10 +38,19 @@ def cases(request, tmp_path_factory):
     by (name, level), submitted to the worker pool at its first test in test order
     (so a worker meets a model's levels one after another and builds its float
     model once)."""
+    yield from case_pool(
+        request, tmp_path_factory, "test_model_goes_through_every_stage", "timm_suite"
+    )
+
+
+def case_pool(request, tmp_path_factory, test_name: str, suite: str):
+    """The selected cases of ``test_name`` (parameters name, level, inputs) run by
+    ``run_case`` of ``suite`` in a pool of spawned workers; yields their futures."""
     selected = [
         item.callspec.params
         for item in request.session.items
-        if getattr(item, "originalname", "") == "test_model_goes_through_every_stage"
+        if getattr(item, "originalname", "") == test_name
+        and item.module.__name__ == request.module.__name__
     ]
     context = multiprocessing.get_context("spawn")  # torch is not fork-safe
     futures = {}
@@ -49,11 +58,33 @@ def cases(request, tmp_path_factory):
         for p in selected:
             out_dir = tmp_path_factory.mktemp(f"{p['name']}-{p['level']}")
             futures[p["name"], p["level"]] = pool.submit(
-                run_case, p["name"], p["level"], p["inputs"], out_dir
+                run_case, p["name"], p["level"], p["inputs"], out_dir, suite
             )
         yield futures
         for future in futures.values():
             future.cancel()  # after a failure with -x, no one waits for the rest
+
+
+def check_contract(result, error, caught, refused=None) -> None:
+    """Every contract row of one case (``run_case``'s result, error, warnings);
+    ``refused``: the regex compile's declared refusal must match."""
+    for message, category, filename, lineno in caught:
+        warnings.warn_explicit(message, category, filename, lineno)
+    if refused is not None:  # declared: the refusal must be the one named
+        assert result.stage == "compile" and error is not None, "it compiles now"
+        assert re.search(refused, error), error
+    elif error is not None:
+        raise AssertionError(f"{result.model} failed at {result.stage}: {error}")
+    assert result.bc_vs_export_pt_diff == 0, "qat.bc differs from qat.export.pt"
+    assert result.cpu_ops == []
+    assert result.quantized_vs_bc_lsb == 0, "quantized.bc differs from qat.bc"
+    if refused is not None:
+        return
+    assert result.stage == "ok"
+    assert result.engine == "npu", f"quantized.bc's feed: {result.engine}"
+    assert result.hbm_islands == [], f"CPU islands in model.hbm: {result.hbm_islands}"
+    assert result.hbm_vs_quantized_diff == 0, "model.hbm differs from quantized.bc"
+    assert result.fast_vs_quantized_diff == 0, "the compiled feed differs"
 
 
 @pytest.mark.parametrize(
@@ -62,23 +93,7 @@ def cases(request, tmp_path_factory):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_goes_through_every_stage(name, level, inputs, cases):
     result, error, caught = cases[name, level].result()
-    for message, category, filename, lineno in caught:
-        warnings.warn_explicit(message, category, filename, lineno)
-    refused = COMPILE_REFUSED.get((name, level))
-    if refused is not None:  # declared: the refusal must be the one named
-        assert result.stage == "compile" and error is not None, f"{name} compiles now"
-        assert re.search(refused, error), error
-    elif error is not None:
-        raise AssertionError(f"{name} failed at {result.stage}: {error}")
-    assert result.bc_vs_export_pt_diff == 0, "qat.bc differs from qat.export.pt"
-    assert result.cpu_ops == []
-    assert result.quantized_vs_bc_lsb == 0, "quantized.bc differs from qat.bc"
-    if refused is not None:
-        return
-    assert result.stage == "ok"
-    assert result.engine == "npu", f"quantized.bc's feed: {result.engine}"
-    assert result.hbm_vs_quantized_diff == 0, "model.hbm differs from quantized.bc"
-    assert result.fast_vs_quantized_diff == 0, "the compiled feed differs"
+    check_contract(result, error, caught, COMPILE_REFUSED.get((name, level)))
 
 
 def test_stochastic_depth_and_drop_path_are_identities_in_eval(tmp_path):

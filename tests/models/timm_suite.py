@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import sys
 import traceback
 import warnings
@@ -135,6 +136,9 @@ class Result:
     # elements of model.hbm (loaded back) / quantized.bc's fast feed != quantized.bc
     hbm_vs_quantized_diff: int = -1
     fast_vs_quantized_diff: int = -1
+    # the CPU islands of model.hbm's program but those at its edges (quantize /
+    # dequantize), each as "op names: reason"
+    hbm_islands: list[str] = field(default_factory=list)
 
 
 @functools.lru_cache(maxsize=1)
@@ -151,6 +155,12 @@ def float_model(name: str) -> nn.Module:
     return Boundary(inner).eval()
 
 
+def input_shape(name: str, n: int) -> tuple[int, ...]:
+    """A batch of ``n`` inputs of ``name``."""
+    size = MODELS[name][1]
+    return (n, 3, size, size)
+
+
 def run_stages(
     name: str,
     out_dir,
@@ -160,6 +170,7 @@ def run_stages(
     inputs: int = INPUTS,
     artifacts: dict | None = None,
     compare_float: bool = True,
+    suite=None,
 ) -> Result:
     """Take ``name`` through every stage at consistency ``level`` (None: the
     default), updating ``result`` as it goes (so a caller that catches an exception
@@ -168,13 +179,15 @@ def run_stages(
     ``qat_export``, ``qat_bc``, ``quantized``, ``inputs`` and the output's
     ``lsb``. ``compare_float=False`` leaves out the float and VALIDATION forwards
     whose only use is ``float_vs_qat_max_abs`` (a survey figure no test asserts;
-    export runs the VALIDATION forward on the example all the same)."""
-    _, size, _ = MODELS[name]
-    model = copy.deepcopy(float_model(name))
+    export runs the VALIDATION forward on the example all the same). ``suite``
+    (a module with ``float_model(name)`` and ``input_shape(name, n)``; None: this
+    one) is where the model comes from."""
+    suite = suite or sys.modules[__name__]
+    model = copy.deepcopy(suite.float_model(name))
     g = torch.Generator().manual_seed(2)
 
     def batch(n=inputs):
-        return torch.randn(n, 3, size, size, generator=g)
+        return torch.randn(suite.input_shape(name, n), generator=g)
 
     # One batch of ``inputs`` random inputs is the example, and every stage is fed
     # it: the interpreter's per-op cost is paid once, not once per input.
@@ -258,23 +271,49 @@ def run_stages(
         (hbm["forward"].feed(feed)["_output_0"] != want).sum()
     )
     result.fast_vs_quantized_diff = int((fast != want).sum())
+    result.hbm_islands = inner_islands(quantized)
     result.stage = "ok"
     return result
 
 
+_EDGES = {"quantize", "dequantize"}
+
+
+def inner_islands(quantized) -> list[str]:
+    """The CPU islands of ``quantized``'s compiled program whose reason is not a
+    quantize / dequantize at the model's edges."""
+    from hbir.compile import lower_to_npu
+    from hbir.dialects import npu
+
+    islands = []
+    for op in lower_to_npu(quantized).module.op.walk():
+        if isinstance(op, npu.CpuCallOp):
+            reasons = set(op.reason.data.split(", "))
+            if not reasons <= _EDGES:
+                islands.append(op.reason.data)
+    return islands
+
+
 def run_case(
-    name: str, level: int | None, inputs: int, out_dir
+    name: str, level: int | None, inputs: int, out_dir, suite: str = __name__
 ) -> tuple[Result, str | None, list[tuple]]:
-    """``run_stages`` for the suite, in a worker process: the result, the traceback
-    of the exception that stopped it (None if none did) and the warnings raised
-    (message, category, file, line), all of which pickle back to the test."""
+    """``run_stages`` for a suite (the module named ``suite``), in a worker
+    process: the result, the traceback of the exception that stopped it (None if
+    none did) and the warnings raised (message, category, file, line), all of which
+    pickle back to the test."""
     torch.set_num_threads(1)
     result, error = Result(name), None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")  # each warning once per place, as pytest
         try:
             run_stages(
-                name, out_dir, result, level=level, inputs=inputs, compare_float=False
+                name,
+                out_dir,
+                result,
+                level=level,
+                inputs=inputs,
+                compare_float=False,
+                suite=importlib.import_module(suite),
             )
         except Exception:
             error = traceback.format_exc()

@@ -25,6 +25,16 @@ REFERENCES = {
     lut.SiLU: F.silu,
     lut.Hardsigmoid: F.hardsigmoid,
     lut.Hardswish: F.hardswish,
+    lut.LeakyReLU: F.leaky_relu,
+    lut.ELU: F.elu,
+    lut.CELU: F.celu,
+    lut.Softplus: F.softplus,
+    lut.SELU: F.selu,
+    lut.Mish: F.mish,
+    lut.Erf: torch.erf,
+    lut.LogSigmoid: F.logsigmoid,
+    lut.Softsign: F.softsign,
+    lut.Tanhshrink: F.tanhshrink,
 }
 POSITIVE_ONLY = (lut.Log, lut.Sqrt, lut.Rsqrt, lut.Reciprocal)
 
@@ -47,6 +57,32 @@ def test_num_tables_must_be_a_positive_multiple_of_6(value):
         module.num_tables = value
     with pytest.raises(ValueError, match="positive multiple of 6"):
         lut.Sin(get_qconfig(), num_tables=value)
+
+
+@pytest.mark.parametrize(
+    "cls, value, torch_fn",
+    [
+        (lut.LeakyReLU, 0.2, lambda x: F.leaky_relu(x, 0.2)),
+        (lut.ELU, 0.5, lambda x: F.elu(x, 0.5)),
+        (lut.CELU, 2.0, lambda x: F.celu(x, 2.0)),
+        (lut.Softplus, 3.0, lambda x: F.softplus(x, 3.0)),
+    ],
+)
+def test_a_parametric_table_module_computes_and_names_its_parameter(
+    cls, value, torch_fn
+):
+    module = cls(get_qconfig(), value=value)
+    x = torch.linspace(-6, 6, 101)
+    assert torch.equal(module.function(x), torch_fn(x))
+    assert module.table_name() == f"{cls.op}:{value!r}"
+    assert cls(get_qconfig()).table_name() == cls.op  # torch's default
+    name = numerics.LUT_PARAMETERS[cls.op][0]
+    assert f"{name}={value}" in repr(module)
+
+
+def test_a_parameter_no_table_has_is_refused():
+    with pytest.raises(ValueError, match="out of range"):
+        lut.ELU(get_qconfig(), value=-1.0)
 
 
 def test_num_tables_can_be_set_later():
