@@ -214,6 +214,8 @@ OPS: tuple[OpEntry, ...] = (
     _lut("logsigmoid", "nn.LogSigmoid", "F.logsigmoid"),
     _lut("softsign", "nn.Softsign", "F.softsign"),
     _lut("tanhshrink", "nn.Tanhshrink", "F.tanhshrink"),
+    # ``relu(x) + w[c] * (x - relu(x))``, the slope a per-channel affine
+    OpEntry("prelu", "hbir.relu", CLAMP, ("nn.PReLU", "F.prelu"), DECOMPOSED),
     # ---------------------------------------------------------------- normalisation
     # prepare decomposes both into quantized steps (hbir.quantization.decompositions);
     # the hbir ops themselves are the float forms

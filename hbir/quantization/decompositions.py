@@ -65,6 +65,31 @@ class SoftmaxDecomposition(Decomposition):
         return f"dim={self.dim}"
 
 
+class PReLUDecomposition(Decomposition):
+    """``prelu(x) = relu(x) + w[c] * (x - relu(x))``: the negative part
+    (``x - relu(x)``, exact on the input grid) times the learnable per-channel
+    slope (a per-channel affine), added to the positive part. A single slope is
+    given to every channel (the QAT model trains one per channel)."""
+
+    op = "prelu"
+
+    def __init__(self, weight: nn.Parameter, rank: int, qconfig_for: StepQconfig):
+        super().__init__()
+        from hbir.quantization.qat_modules import ReLU
+
+        self.relu = ReLU(qconfig_for("relu", ReLU, False))
+        self.negative = QuantSub(qconfig_for("negative", QuantSub, False))
+        view = (-1,) + (1,) * (rank - 2)
+        self.slope = QuantAffine(
+            qconfig_for("slope", QuantAffine, False), weight, None, view
+        )
+        self.add = QuantAdd(qconfig_for("add", QuantAdd, True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positive = self.relu(x)
+        return self.add(positive, self.slope(self.negative(x, positive)))
+
+
 class LogSoftmaxDecomposition(Decomposition):
     """``log_softmax(x) = (x - max(x)) - log(sum(exp(x - max(x))))``: the shifted
     input is at most 0 and the sum in [1, n], so each step keeps a small range."""

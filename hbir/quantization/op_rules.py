@@ -36,6 +36,7 @@ from hbir.quantization.decompositions import (
     MultiheadAttentionDecomposition,
     NormalizeDecomposition,
     NormDecomposition,
+    PReLUDecomposition,
     SoftmaxDecomposition,
     VarianceDecomposition,
     einsum_plan,
@@ -450,6 +451,26 @@ def _module_instance_norm(q, mod, x, *, fused_relu=None):
     return _group_norm_of(q, x, channels, mod.weight, mod.bias, mod.eps)
 
 
+def _prelu_of(q, input, weight):
+    shape = input.meta["hbir_value"].shape
+    _require(len(shape) >= 2, "prelu of a tensor without a channel dim")
+    channels = shape[1]
+    _require(
+        weight.numel() in (1, channels), f"{weight.numel()} slopes, {channels} channels"
+    )
+    if weight.numel() != channels:
+        weight = nn.Parameter(weight.detach().reshape(1).repeat(channels))
+    return PReLUDecomposition(weight, len(shape), q.step), (input,)
+
+
+def _module_prelu(q, mod, x, *, fused_relu=None):
+    return _prelu_of(q, x, mod.weight)
+
+
+def _prelu(q, input, weight):
+    return _prelu_of(q, input, _parameter(q.constant(weight)))
+
+
 def _addcmul(q, input, tensor1, tensor2, *, value=1, out=None):
     _require(out is None, "out=")
     return AddProductDecomposition(False, value, 1, q.step), (input, tensor1, tensor2)
@@ -567,6 +588,7 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "softmax": _module_softmax,
     "log_softmax": _module_log_softmax,
     "instance_norm": _module_instance_norm,
+    "prelu": _module_prelu,
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,
     "group_norm": _module_group_norm,
@@ -595,6 +617,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "std": _variance(True),
     "norm": _norm,
     "instance_norm": _instance_norm,
+    "prelu": _prelu,
     "addcmul": _addcmul,
     "addmm": _addmm,
     "einsum": _einsum,

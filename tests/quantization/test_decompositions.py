@@ -192,6 +192,8 @@ class _Call(nn.Module):
 # op -> (call on the quantized input, input shape); each prepared as a chain of steps
 FLOAT_EQUAL = {
     "log_softmax": (lambda m, x: F.log_softmax(x, -1), (3, 8)),
+    "prelu": (lambda m, x: m.op(x), (2, 3, 4, 5)),
+    "prelu-one-slope": (lambda m, x: F.prelu(x, torch.tensor([-0.3])), (2, 3, 4)),
     "var": (lambda m, x: torch.var(x, dim=(1, 2), keepdim=True), (2, 3, 4, 5)),
     "var-biased": (lambda m, x: x.var(1, False), (2, 3, 4, 5)),
     "std-all": (lambda m, x: x * x.std(), (2, 3, 4, 5)),
@@ -207,7 +209,10 @@ FLOAT_EQUAL = {
     "einsum-outer": (lambda m, x: torch.einsum("bi,bj->bji", x, x), (2, 5)),
     "einsum-permutation": (lambda m, x: torch.einsum("abc->cab", x), (2, 3, 4)),
 }
-MODULES = {"instance-norm": lambda: nn.InstanceNorm2d(3, affine=True)}
+MODULES = {
+    "instance-norm": lambda: nn.InstanceNorm2d(3, affine=True),
+    "prelu": lambda: nn.PReLU(3),
+}
 
 
 @pytest.mark.parametrize("name", sorted(FLOAT_EQUAL))
@@ -216,8 +221,9 @@ def test_new_decompositions_compute_the_torch_op_in_float_mode(name, tmp_path):
     torch.manual_seed(0)
     module = MODULES.get(name, lambda: None)()
     if module is not None:
-        module.weight.data.uniform_(0.5, 1.5)
-        module.bias.data.normal_()
+        module.weight.data.uniform_(-0.5, 1.5)
+        if getattr(module, "bias", None) is not None:
+            module.bias.data.normal_()
     model = _Call(call, module).eval()
     x = torch.randn(shape)
     qat_model = prepare(model, x, out_dir=tmp_path)

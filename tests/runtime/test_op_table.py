@@ -200,6 +200,8 @@ SAMPLES = {
     "nn.GroupNorm": _x4(lambda m, x: m.op(x)),
     "F.group_norm": _x4(lambda m, x: F.group_norm(x, 1, m.op.weight, m.op.bias)),
     "F.normalize": _x4(lambda m, x: F.normalize(x, dim=1)),
+    "nn.PReLU": _x4(lambda m, x: m.op(x)),
+    "F.prelu": _x4(lambda m, x: F.prelu(x, torch.tensor([0.25]))),
     "nn.InstanceNorm1d": (lambda m, x: m.op(x), (2, 4, 6)),
     "nn.InstanceNorm2d": _x4(lambda m, x: m.op(x)),
     "F.instance_norm": _x4(lambda m, x: F.instance_norm(x, eps=1e-3)),
@@ -327,6 +329,7 @@ MODULES = {
     "nn.LayerNorm": lambda: nn.LayerNorm(8),
     "nn.GroupNorm": lambda: nn.GroupNorm(2, 4),
     "nn.InstanceNorm1d": lambda: nn.InstanceNorm1d(4, affine=True),
+    "nn.PReLU": lambda: _prelu(),
     "nn.InstanceNorm2d": lambda: nn.InstanceNorm2d(4),
     "nn.LogSoftmax": lambda: nn.LogSoftmax(-1),
     "F.group_norm": lambda: nn.GroupNorm(1, 4),
@@ -375,6 +378,13 @@ SAMPLES.update(
         "F.softplus": _x4(lambda m, x: F.softplus(x, beta=0.5)),
     }
 )
+
+
+def _prelu():
+    prelu = nn.PReLU(4)
+    with torch.no_grad():
+        prelu.weight.copy_(torch.tensor([0.25, -0.5, 1.5, 0.0]))
+    return prelu
 
 
 def _batch_norm(cls=nn.BatchNorm2d):
