@@ -885,6 +885,17 @@ class ReduceMaxOp(ReduceOp):
     name = "hbir.reduce_max"
 
 
+@irdl_op_definition
+class ReduceMinOp(ReduceOp):
+    """Minimum over ``dims``.
+
+    ``%y = hbir.reduce_min %x {dims = array<i64: 0>} : tensor<2x8xf32> ->
+    tensor<8xf32>``
+    """
+
+    name = "hbir.reduce_min"
+
+
 # ------------------------------------------------------------------ conv / gemm
 
 
@@ -2092,6 +2103,7 @@ HBIR = Dialect(
         ReduceSumOp,
         ReduceMeanOp,
         ReduceMaxOp,
+        ReduceMinOp,
         Conv2dOp,
         ConvTranspose2dOp,
         LinearOp,

@@ -419,6 +419,7 @@ RULES: dict[type[Operation], Rule] = {
     hbir.LutOp: _lut,
     hbir.ReduceSumOp: _reduce("sum"),
     hbir.ReduceMaxOp: _reduce("max"),
+    hbir.ReduceMinOp: _reduce("min"),
     hbir.ReduceMeanOp: _reduce("mean"),
     hbir.GlobalAvgPool2dOp: _global_avg,
     hbir.MaxPool2dOp: _pool("max"),

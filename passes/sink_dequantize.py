@@ -66,6 +66,9 @@ _MOVERS = {
     hbir.ReduceMaxOp: lambda op, q: hbir.ReduceMaxOp(
         q, op.dims.get_values(), op.keepdim.value.data
     ),
+    hbir.ReduceMinOp: lambda op, q: hbir.ReduceMinOp(
+        q, op.dims.get_values(), op.keepdim.value.data
+    ),
     hbir.Resize2dOp: lambda op, q: hbir.Resize2dOp(
         q,
         op.size.get_values(),

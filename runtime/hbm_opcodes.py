@@ -105,7 +105,7 @@ LUT_SEGMENTED = (
     ("slopes", "buffer"),
 )
 ELTWISE_KINDS = ("add", "sub", "mul", "maximum", "minimum")
-REDUCE_KINDS = ("sum", "max", "mean")
+REDUCE_KINDS = ("sum", "max", "mean", "min")
 POOL_KINDS = ("max", "avg")
 RESIZE_MODES = ("nearest", "bilinear")
 _SIGNED = ("int8", "int16", "int32", "int64")

@@ -295,13 +295,18 @@ def _reduce_mean(
     return (_int_out(op, numerics.divide_round(total, count, mode)),)
 
 
-def _reduce_max(op: hbir.ReduceMaxOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
-    dims, keepdim = _reduce_args(op)
-    if not dims:
-        return (x,)
-    if _is_float(x):
-        return (_float_out(op, torch.amax(_t(x), dims, keepdim)),)
-    return (np.asarray(np.max(x, axis=dims, keepdims=keepdim)),)
+def _reduce_extreme(torch_fn, numpy_fn) -> Kernel:
+    """reduce_max / reduce_min: they select an input value (float or codes)."""
+
+    def kernel(op: hbir.ReduceOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        dims, keepdim = _reduce_args(op)
+        if not dims:
+            return (x,)
+        if _is_float(x):
+            return (_float_out(op, torch_fn(_t(x), dims, keepdim)),)
+        return (np.asarray(numpy_fn(x, axis=dims, keepdims=keepdim)),)
+
+    return kernel
 
 
 # ------------------------------------------------------------------ conv / gemm
@@ -817,7 +822,8 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.LayerNormOp: _layer_norm,
     hbir.ReduceSumOp: _reduce_sum,
     hbir.ReduceMeanOp: _reduce_mean,
-    hbir.ReduceMaxOp: _reduce_max,
+    hbir.ReduceMaxOp: _reduce_extreme(torch.amax, np.max),
+    hbir.ReduceMinOp: _reduce_extreme(torch.amin, np.min),
     hbir.Conv2dOp: _conv2d,
     hbir.ConvTranspose2dOp: _conv_transpose2d,
     hbir.LinearOp: _linear,

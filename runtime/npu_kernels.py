@@ -253,8 +253,9 @@ def rescale(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
 
 def reduce(f: Fields, out: Out, x) -> np.ndarray:
     dims, keep, kind = tuple(f["dims"]), f["keepdim"], f["kind"]
-    if kind == "max":
-        y = np.max(x, axis=dims, keepdims=keep).astype(np.int64)
+    if kind in ("max", "min"):
+        extreme = np.max if kind == "max" else np.min
+        y = extreme(x, axis=dims, keepdims=keep).astype(np.int64)
     else:
         y = np.sum(x, axis=dims, dtype=np.int64, keepdims=keep)
         if kind == "mean":

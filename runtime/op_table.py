@@ -289,6 +289,9 @@ OPS: tuple[OpEntry, ...] = (
     OpEntry(
         "amax", "hbir.reduce_max", MOVE, ("torch.amax", "Tensor.amax"), PASSTHROUGH
     ),
+    OpEntry(
+        "amin", "hbir.reduce_min", MOVE, ("torch.amin", "Tensor.amin"), PASSTHROUGH
+    ),
     # ---------------------------------------------------------------- data movement
     OpEntry(
         "cat", "hbir.concat", MOVE, ("torch.cat", "torch.concat", "torch.concatenate")

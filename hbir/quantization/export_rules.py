@@ -619,14 +619,19 @@ def _narrow(ex: Exporter, node: fx.Node):
     return ex.emit(hb.SliceOp(x, begin, end))
 
 
-def _amax(ex: Exporter, node: fx.Node):
-    x = ex.tensor(node.args[0])
-    dim = _arg(node, 1, "dim", None)
-    keepdim = bool(_arg(node, 2, "keepdim", False))
-    rank = len(hb.shape_of(x))
-    dims = list(range(rank)) if dim in (None, ()) else dim
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    return ex.emit(hb.ReduceMaxOp(x, dims, keepdim))
+def _extreme(op_cls):
+    """amax / amin: a reduce_max / reduce_min over ``dim`` (None: every dim)."""
+
+    def build(ex: Exporter, node: fx.Node):
+        x = ex.tensor(node.args[0])
+        dim = _arg(node, 1, "dim", None)
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        rank = len(hb.shape_of(x))
+        dims = list(range(rank)) if dim in (None, ()) else dim
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        return ex.emit(op_cls(x, dims, keepdim))
+
+    return build
 
 
 def _roll(ex: Exporter, node: fx.Node):
@@ -935,7 +940,8 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "reshape": _reshape,
     "transpose": _transpose,
     "split": _split,
-    "amax": _amax,
+    "amax": _extreme(hb.ReduceMaxOp),
+    "amin": _extreme(hb.ReduceMinOp),
     "cast": _to_same,
     "dropout": _identity,
     "pad": _pad,

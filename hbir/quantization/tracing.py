@@ -27,7 +27,7 @@ from torch.fx import _symbolic_trace
 from torch.fx.node import _get_qualified_name
 
 from hbir.errors import HbirError
-from hbir.quantization import functionalize, stubs
+from hbir.quantization import canonical, functionalize, stubs
 from hbir.quantization.decompositions import Decomposition
 from hbir.quantization.op_rules import TRACED_THROUGH, module_rule
 from hbir.quantization.qat_modules import DeQuantStub, QATModule
@@ -300,6 +300,7 @@ def trace(model: nn.Module, example_inputs: tuple) -> fx.GraphModule:
             f"prepare cannot trace {type(model).__name__}: {error}\n  {where}"
         ) from None
     functionalize.fold_factories(gm, state)
+    canonical.canonicalize(gm)
     gm.train(was_training)
     return gm
 

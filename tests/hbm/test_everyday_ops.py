@@ -92,6 +92,9 @@ GRAPHS = {
     "replication-pad-module": lambda: _Upsampled(nn.ReplicationPad2d(2)),
     "circular-pad-module": lambda: _Upsampled(nn.CircularPad2d((1, 1, 2, 0))),
     "unfold-module": lambda: _Upsampled(nn.Unfold(3, dilation=2, padding=1)),
+    "max-values-along-a-dim": lambda: _Head(lambda m, y: y - y.max(1, True)[0]),
+    "min-of-two-tensors": lambda: _Head(lambda m, y: torch.min(y, y.flip(-1) * 0.5)),
+    "max-over-everything": lambda: _Head(lambda m, y: y * torch.max(y).sigmoid()),
     "fpn-nearest": lambda: _Fpn(),
     "fpn-bilinear": lambda: _Fpn("bilinear"),
 }

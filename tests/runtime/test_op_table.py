@@ -245,6 +245,8 @@ SAMPLES = {
     "F._max_pool2d": _x4(lambda m, x: F._max_pool2d(x, 2)),
     "torch.amax": _x4(lambda m, x: torch.amax(x, 1)),
     "Tensor.amax": _x4(lambda m, x: x.amax((2, 3), keepdim=True)),
+    "torch.amin": _x4(lambda m, x: torch.amin(x, -1)),
+    "Tensor.amin": _x4(lambda m, x: x - x.amin((1, 2), keepdim=True)),
     "torch.cat": _x4(lambda m, x: torch.cat([x, x * 0.5], 1)),
     "torch.stack": _x4(lambda m, x: torch.stack([x, x * 0.5], 2)),
     "torch.concat": _x4(lambda m, x: torch.concat([x, x], 2)),

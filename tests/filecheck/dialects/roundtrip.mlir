@@ -51,6 +51,7 @@
 // CHECK-NEXT: %rsum = hbir.reduce_sum %ln {dims = array<i64: 1>} : tensor<2x8xf32> -> tensor<2xf32>
 // CHECK-NEXT: %rmean = hbir.reduce_mean %ln {dims = array<i64: -1>, keepdim = true} : tensor<2x8xf32> -> tensor<2x1xf32>
 // CHECK-NEXT: %rmax = hbir.reduce_max %ln {dims = array<i64: 0>} : tensor<2x8xf32> -> tensor<8xf32>
+// CHECK-NEXT: %rmin = hbir.reduce_min %ln {dims = array<i64: 1>, keepdim = true} : tensor<2x8xf32> -> tensor<2x1xf32>
 // CHECK-NEXT: %lw = hbir.constant dense<1.000000e-01> : tensor<8x8xf32>
 // CHECK-NEXT: %lin = hbir.linear %ln, %lw bias(%c1) : (tensor<2x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT: %mm = hbir.matmul %lin, %lw : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
@@ -108,6 +109,7 @@ func.func @float_ops(%x: tensor<1x4x8x8xf32>, %v: tensor<2x8xf32>) -> tensor<2x8
   %rsum = hbir.reduce_sum %ln {dims = array<i64: 1>} : tensor<2x8xf32> -> tensor<2xf32>
   %rmean = hbir.reduce_mean %ln {dims = array<i64: -1>, keepdim = true} : tensor<2x8xf32> -> tensor<2x1xf32>
   %rmax = hbir.reduce_max %ln {dims = array<i64: 0>} : tensor<2x8xf32> -> tensor<8xf32>
+  %rmin = hbir.reduce_min %ln {dims = array<i64: 1>, keepdim = true} : tensor<2x8xf32> -> tensor<2x1xf32>
   %lw = hbir.constant dense<0.1> : tensor<8x8xf32>
   %lin = hbir.linear %ln, %lw bias(%c1) : (tensor<2x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
   %mm = hbir.matmul %lin, %lw : (tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<2x8xf32>
