@@ -286,6 +286,13 @@ OPS: tuple[OpEntry, ...] = (
         MOVE,
         ("nn.MaxPool2d", "F.max_pool2d", "F._max_pool2d"),
     ),
+    # an output size that divides the input size: a max pool of that window
+    OpEntry(
+        "adaptive_max_pool2d",
+        "hbir.max_pool2d",
+        MOVE,
+        ("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d", "F._adaptive_max_pool2d"),
+    ),
     OpEntry(
         "amax", "hbir.reduce_max", MOVE, ("torch.amax", "Tensor.amax"), PASSTHROUGH
     ),

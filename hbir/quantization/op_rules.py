@@ -554,8 +554,41 @@ def _constant_pad(q, input, pad, mode="constant", value=None):
     return qat.ConstantPad(q(), tuple(pad), float(value)), (input,)
 
 
+def _adaptive_window(input, output_size) -> tuple[int, int]:
+    """The pool window of an adaptive pool whose output size divides the input's
+    (then every window is the same and they do not overlap)."""
+    h, w = input.meta["hbir_value"].shape[-2:]
+    oh, ow = (
+        output_size if isinstance(output_size, list | tuple) else (output_size,) * 2
+    )
+    oh, ow = oh or h, ow or w
+    _require(
+        h % oh == 0 and w % ow == 0,
+        f"adaptive pooling from {h}x{w} to {oh}x{ow} (windows of different sizes: "
+        "an output size that divides the input size)",
+    )
+    return h // oh, w // ow
+
+
 def _adaptive_avg_pool2d(q, input, output_size):
-    return qat.AdaptiveAvgPool2d(output_size, qconfig=q()), (input,)
+    window = _adaptive_window(input, output_size)
+    if window == tuple(input.meta["hbir_value"].shape[-2:]):  # a global pool
+        return qat.AdaptiveAvgPool2d(output_size, qconfig=q()), (input,)
+    return qat.AvgPool2d(window, window, qconfig=q()), (input,)
+
+
+def _module_adaptive_avg_pool2d(q, mod, x, *, fused_relu=None):
+    return _adaptive_avg_pool2d(q, x, mod.output_size)
+
+
+def _adaptive_max_pool2d(q, input, output_size, return_indices=False):
+    _require(not return_indices, "return_indices=True")
+    window = _adaptive_window(input, output_size)
+    return qat.MaxPool2d(window, window, qconfig=q()), (input,)
+
+
+def _module_adaptive_max_pool2d(q, mod, x, *, fused_relu=None):
+    return _adaptive_max_pool2d(q, x, mod.output_size, mod.return_indices)
 
 
 # ----------------------------------------------------------------- pass-through
@@ -581,7 +614,8 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "linear": _weight_layer(qat.Linear),
     "max_pool2d": _from_float(qat.MaxPool2d),
     "avg_pool2d": _from_float(qat.AvgPool2d),
-    "adaptive_avg_pool2d": _from_float(qat.AdaptiveAvgPool2d),
+    "adaptive_avg_pool2d": _module_adaptive_avg_pool2d,
+    "adaptive_max_pool2d": _module_adaptive_max_pool2d,
     "relu": _module_simple(qat.ReLU),
     "relu6": _module_simple(qat.ReLU6),
     "clamp": _module_hardtanh,
@@ -625,6 +659,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
     "adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "adaptive_max_pool2d": _adaptive_max_pool2d,
     "attention": _attention,
     "neg": _neg,
     "group_norm": _group_norm,

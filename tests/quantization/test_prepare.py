@@ -348,6 +348,30 @@ def test_unsupported_arguments_are_reported(tmp_path):
         _prepare(AddAlpha(), torch.randn(2), tmp_path)
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x: F.adaptive_avg_pool2d(x, 3), "from 4x4 to 3x3"),
+        (lambda x: F.pad(x, (1, 1), value=float("inf")), "pad value inf"),
+        (lambda x: F.pad(x, (-1, 0)), "negative padding"),
+        (lambda x: torch.einsum("...i,...i->...", x, x), "'...'"),
+        (lambda x: F.leaky_relu(x, float("nan")), "negative_slope=nan"),
+        (lambda x: F.softplus(x, 1.0, 5.0), "threshold=5.0"),
+    ],
+)
+def test_what_export_cannot_emit_is_refused_at_prepare(call, message, tmp_path):
+    class Call(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = QuantStub()
+
+        def forward(self, x):
+            return call(self.quant(x))
+
+    with pytest.raises(UnsupportedOpError, match=message):
+        _prepare(Call(), torch.randn(1, 2, 4, 4), tmp_path)
+
+
 def test_float_model_is_left_untouched(tmp_path):
     model = _randomize_bn(ConvBnRelu())
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -568,11 +592,13 @@ class IndexResults(nn.Module):
 
     def forward(self, x):
         y = self.fc(x)
-        return y.max(-1)[0] + y.topk(2, -1)[0].sum(-1) + y.argmax(-1).float()
+        values, indices = y.max(-1)  # the indices read: max(dim) is not amax
+        return values + indices + y.topk(2, -1)[0].sum(-1) + y.argmax(-1).float()
 
 
 def test_ops_with_index_results_are_refused_at_prepare_not_at_export(tmp_path):
-    """argmax, topk and max(dim) pass through tracing as non-float values; export
+    """argmax, topk and max(dim) with its indices read pass through tracing as
+    non-float values; export
     has no integer tensors of a quantized value, so prepare lists all three, each
     at its line, before any calibration or QAT is spent."""
     with pytest.raises(UnsupportedOpError, match="cannot quantize 3 ops") as error:
