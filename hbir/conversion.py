@@ -15,7 +15,6 @@ from hbir import diagnostics
 from hbir.dialects import make_context
 from hbir.module import Module, require_module
 from hbir.passes.march import March
-from hbir.runtime import op_table
 
 __all__ = ["March", "convert", "cpu_advice", "inexact_advice"]
 
@@ -98,14 +97,11 @@ def cpu_advice(quantized: Module) -> list[str]:
             if op is f.op or isinstance(op, ReturnOp) or op_device(op) != "cpu":
                 continue
             why = op.attributes.get(ATTR_CPU_REASON)
-            if isinstance(why, StringAttr):
-                reason = why.data
-            elif op_table.LOWERING.get(op.name) != op_table.FLOAT:
-                reason = op_table.CPU_REASONS.get(
-                    op.name, "no fake quantization around it (float)"
-                )
-            else:
-                reason = "no fake quantization around it (float)"
+            reason = (
+                why.data
+                if isinstance(why, StringAttr)
+                else "no fake quantization around it (float)"
+            )
             at = f"%{ids[op]} of @{f.name}" if op in ids else f"@{f.name}"
             where, _ = diagnostics.describe_location(op, filename="")
             if where.startswith(": "):  # no file: the ID in the model says where

@@ -217,17 +217,13 @@ _BOUNDARY_OPS = (qnt.QuantizeOp, qnt.DequantizeOp, hbir.ConstantOp)
 
 def op_device(op: Operation) -> str:
     """Where ``op`` runs: its ``hbir.device`` (set by check-march), else "cpu" for
-    float compute (a float island) and for the ops the op table places on the CPU
-    on codes too (``op_table.CPU_REASONS``: the camera input's conversion), else
-    "npu". Quantize / dequantize (the NPU's vector unit converts at the island
-    edges) and constants count as NPU."""
+    float compute (a float island), else "npu". Quantize / dequantize (the NPU's
+    vector unit converts at the island edges) and constants count as NPU."""
     device = op.attributes.get(ATTR_DEVICE)
     if isinstance(device, StringAttr):
         return device.data
     if isinstance(op, _BOUNDARY_OPS):
         return "npu"
-    if op.name in op_table.CPU_REASONS:
-        return "cpu"
     values = list(op.results) + list(op.operands)
     if any(isinstance(v.type, TensorType) and hbir.is_float(v.type) for v in values):
         return "cpu"
