@@ -121,6 +121,8 @@ def linear_sums(x: np.ndarray, p: PackedLinear) -> np.ndarray:
     """Exact ``x @ w.T`` over the last axis (int32 or int64 sums)."""
     if p.method == "int_mm":
         x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        if not x2.flags.writeable:  # a constant input: torch takes writable arrays
+            x2 = x2.copy()
         y = torch._int_mm(torch.from_numpy(x2), p.packed).numpy()
         return y.reshape(*x.shape[:-1], y.shape[-1])
     if p.method == "int64":

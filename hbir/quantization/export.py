@@ -170,8 +170,8 @@ class Exporter:
         """An IR value for a graph argument: a node's value or a Python number."""
         if isinstance(arg, fx.Node):
             value = self.values[arg]
-            if isinstance(value, torch.Tensor):
-                raise _integer_constant(arg.name, value)
+            if isinstance(value, torch.Tensor):  # folded from parameters and sizes
+                return self._folded(arg.name, value)
             if not isinstance(value, SSAValue):
                 raise Unsupported(f"argument {arg.name} is not a tensor")
             return value
@@ -184,6 +184,13 @@ class Exporter:
             return self.constant(np.asarray(arg, dtype))
         raise Unsupported(f"argument {arg!r}")
 
+    def _folded(self, name: str, value: torch.Tensor) -> SSAValue:
+        """A tensor computed from parameters, buffers and sizes only (a learned
+        query expanded to the batch): a float constant; integer ones are refused."""
+        if not value.is_floating_point():
+            raise _integer_constant(name, value)
+        return self.constant(value)
+
     def tensor_of(self, v, like) -> SSAValue:
         """An IR value or a Python number (as a rank-0 constant of ``like``'s type)."""
         if isinstance(v, SSAValue):
@@ -192,7 +199,7 @@ class Exporter:
             dtype = np.float64 if self.dtype(like) == torch.float64 else np.float32
             return self.constant(np.asarray(v, dtype))
         if isinstance(v, torch.Tensor):
-            raise _integer_constant("an argument", v)
+            return self._folded("an argument", v)
         raise Unsupported(f"argument {v!r}")
 
     def dtype(self, value: SSAValue) -> torch.dtype:

@@ -752,6 +752,15 @@ _CONDITIONS: dict[str, Callable[..., bool]] = {
 # traced into, so the call gets that rule (nn.Upsample and its subclasses
 # UpsamplingNearest2d / UpsamplingBilinear2d call F.interpolate).
 TRACED_THROUGH: tuple[type, ...] = (nn.Upsample, nn.Unfold)
+# the transformer layers call nn.MultiheadAttention, linears, layer norms and their
+# activation (under tracing their fast path is off: its arguments are proxies)
+TRACED_THROUGH += (
+    nn.Transformer,
+    nn.TransformerEncoder,
+    nn.TransformerDecoder,
+    nn.TransformerEncoderLayer,
+    nn.TransformerDecoderLayer,
+)
 # the padding modules call F.pad
 TRACED_THROUGH += (
     nn.modules.padding._ConstantPadNd,

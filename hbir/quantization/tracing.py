@@ -66,7 +66,7 @@ class HbirTracer(fx.Tracer):
 # Tensor properties and methods that cannot change between calls: a concrete trace
 # answers them with the example's values. Sizes stay graph nodes (the batch size of
 # training differs from the example's), but their values are known while tracing.
-_FIXED_ATTRIBUTES = frozenset({"ndim", "dtype", "device", "is_cuda"})
+_FIXED_ATTRIBUTES = frozenset({"ndim", "dtype", "device", "is_cuda", "is_nested"})
 _FIXED_METHODS = frozenset({"dim", "is_floating_point", "is_contiguous"})
 # Methods that read tensor data into Python: the value would be frozen at the
 # example's.
@@ -301,8 +301,19 @@ def trace(model: nn.Module, example_inputs: tuple) -> fx.GraphModule:
         ) from None
     functionalize.fold_factories(gm, state)
     canonical.canonicalize(gm)
+    _drop_unread_attributes(gm)
     gm.train(was_training)
     return gm
+
+
+def _drop_unread_attributes(gm: fx.GraphModule) -> None:
+    """Attributes read only by code that did not run (the checks of a fast path a
+    trace does not take: nn.TransformerEncoderLayer reads its attention's
+    ``in_proj_weight``), which prepare may replace by modules without them."""
+    for node in list(gm.graph.nodes):
+        if node.op == "get_attr" and not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()
 
 
 class _WriteFinder(torch.overrides.TorchFunctionMode):

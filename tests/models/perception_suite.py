@@ -4,7 +4,8 @@ The heads are torchvision's own modules (RetinaNet, FCOS, DeepLabV3, LR-ASPP, FC
 and its feature pyramid network), called without their post-processing on a small
 backbone; the rest are the blocks such models are built from, written as their
 public code writes them (a YOLO neck with SPP and leaky ReLU, a CSP stage with Mish,
-a pix2pix generator with reflection padding and instance norm, an LSS-style lift
+a pix2pix generator with reflection padding and instance norm, a DETR-style
+``nn.Transformer`` with learned queries, an LSS-style lift
 from camera features to a depth-binned volume, a Hugging Face style attention layer
 with ``softmax(dtype=torch.float32)`` and an ``erf`` GELU, a temporal transformer
 over frame features). Random weights, BatchNorm statistics re-estimated on random
@@ -284,6 +285,30 @@ class TemporalFusion(nn.Module):
         return F.softplus(self.head(x.mean(dim=1)))
 
 
+class DetrHead(nn.Module):
+    """DETR's shape: backbone features as tokens plus a learned position
+    embedding, ``nn.Transformer`` (encoder and decoder layers, torch's own) with
+    learned object queries expanded to the batch, class logits and sigmoid boxes
+    concatenated."""
+
+    def __init__(self, d: int = 16, queries: int = 5):
+        super().__init__()
+        self.backbone = Backbone()
+        self.input_proj = nn.Conv2d(64, d, 1)
+        self.pos = nn.Parameter(torch.randn(1, 64, d) * 0.1)
+        self.query = nn.Parameter(torch.randn(1, queries, d))
+        self.transformer = nn.Transformer(d, 2, 1, 1, 32, dropout=0.0, batch_first=True)
+        self.classes = nn.Linear(d, 4)
+        self.boxes = nn.Linear(d, 4)
+
+    def forward(self, x):
+        _, _, c8 = self.backbone(x)
+        tokens = self.input_proj(c8).flatten(2).transpose(1, 2) + self.pos
+        queries = self.query.expand(x.shape[0], -1, -1)
+        h = self.transformer(tokens, queries)
+        return torch.cat([self.classes(h), self.boxes(h).sigmoid()], dim=-1)
+
+
 # name -> (builder, input shape of one sample, note)
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "retinanet_fpn": (lambda: Detector("retinanet"), (3, 64, 64), "torchvision"),
@@ -297,6 +322,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "lift_splat": (LiftSplat, (3, 64, 64), "depth softmax, einsum outer product"),
     "hf_attention": (HfSelfAttention, (8, 32), "softmax(dtype=), erf GELU"),
     "temporal_fusion": (TemporalFusion, (5, 24), "einsum attention, elu, softplus"),
+    "detr_transformer": (DetrHead, (3, 64, 64), "nn.Transformer, learned queries"),
 }
 
 
