@@ -12,6 +12,8 @@ Runs, in order (each is its own pass, runnable alone through hbir-opt)::
     sink-dequantize       again, behind the freshly lowered ops
     fold-requantize       quantize(dequantize) -> requantize; dead ops removed
     convert-image-preprocess  camera-input normalisation + quantize -> code table
+    fold-constants        integer ops on constants only (a learned initial state
+                          through a reshape and a linear) -> the codes they compute
 
 and records ``hbir.march`` on the module. A model that is already converted is
 refused (converting again would only relabel its march); one with no fake
@@ -56,6 +58,7 @@ from hbir.passes.convert_image_preprocess import ConvertImagePreprocessPass
 from hbir.passes.convert_lut import ConvertLutPass
 from hbir.passes.convert_pool import ConvertPoolPass
 from hbir.passes.expand_fake_quant import ExpandFakeQuantPass
+from hbir.passes.fold_constants import FoldConstantsPass
 from hbir.passes.fold_requantize import FoldRequantizePass
 from hbir.passes.march import get_march
 from hbir.passes.sink_dequantize import SinkDequantizePass
@@ -73,6 +76,7 @@ def sub_passes(march: str) -> list[ModulePass]:
         SinkDequantizePass(),
         FoldRequantizePass(),
         ConvertImagePreprocessPass(),
+        FoldConstantsPass(),
     ]
 
 

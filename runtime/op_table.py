@@ -105,6 +105,10 @@ OPS: tuple[OpEntry, ...] = (
     ),
     # two operands: a batched matmul between permutations and views
     OpEntry("einsum", "hbir.matmul", GEMM, ("torch.einsum",), DECOMPOSED),
+    # unrolled over the traced sequence length: per step its linears (weights
+    # shared by the steps), gate tables, state products and sums
+    OpEntry("lstm", "hbir.linear", GEMM, ("nn.LSTM",), DECOMPOSED),
+    OpEntry("gru", "hbir.linear", GEMM, ("nn.GRU",), DECOMPOSED),
     # in-projections, the heads' attention, the out-projection
     OpEntry(
         "multihead_attention",

@@ -41,6 +41,7 @@ from hbir.quantization.decompositions import (
     VarianceDecomposition,
     einsum_plan,
 )
+from hbir.quantization.recurrent import RECURRENT, UnsupportedRecurrence
 from hbir.quantization.spellings import resolve
 from hbir.runtime import numerics, op_table
 
@@ -471,6 +472,31 @@ def _prelu(q, input, weight):
     return _prelu_of(q, input, _parameter(q.constant(weight)))
 
 
+def _zero_state(q, hx) -> bool:
+    """``hx`` is made of constant zeros (``torch.zeros`` folded by tracing): the
+    same as no initial state."""
+    states = hx if isinstance(hx, list | tuple) else (hx,)
+    for node in states:
+        if not (isinstance(node, fx.Node) and node.op == "get_attr"):
+            return False
+        if bool(q.constant(node).any()):
+            return False
+    return True
+
+
+def _module_recurrent(q, mod, x, hx=None, *, fused_relu=None):
+    shape = x.meta["hbir_value"].shape
+    _require(len(shape) == 3, "an unbatched sequence (a 2-d input)")
+    steps = shape[1 if mod.batch_first else 0]
+    if hx is not None and _zero_state(q, hx):
+        hx = None
+    try:
+        module = RECURRENT[type(mod)](mod, steps, hx is not None, q.step)
+    except UnsupportedRecurrence as e:
+        raise Unsupported(str(e)) from None
+    return module, (x,) if hx is None else (x, hx)
+
+
 def _addcmul(q, input, tensor1, tensor2, *, value=1, out=None):
     _require(out is None, "out=")
     return AddProductDecomposition(False, value, 1, q.step), (input, tensor1, tensor2)
@@ -623,6 +649,8 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "log_softmax": _module_log_softmax,
     "instance_norm": _module_instance_norm,
     "prelu": _module_prelu,
+    "lstm": _module_recurrent,
+    "gru": _module_recurrent,
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,
     "group_norm": _module_group_norm,

@@ -255,6 +255,12 @@ class _GraphBuilder:
     def _call(self, node: fx.Node) -> None:
         args = fx.node.map_arg(node.args, self.env.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, self.env.__getitem__)
+        if node.target is operator.getitem and isinstance(args[0], tuple | list):
+            # a part of a decomposition's result (LSTM's ``(h_n, c_n)``)
+            part = args[0][args[1]]
+            if part is not None:
+                self.env[node] = part
+                return
         inputs = [
             n for n in _nodes_in((args, kwargs)) if self.state.get(n) in (QUANT, FLOAT)
         ]
@@ -456,8 +462,8 @@ class _GraphBuilder:
         env: dict[fx.Node, object] = {}
         inputs = iter(args)
         for n in sub.nodes:
-            if n.op == "placeholder":
-                env[n] = next(inputs)
+            if n.op == "placeholder":  # an argument not given: its default
+                env[n] = next(inputs, n.args[0] if n.args else None)
             elif n.op == "call_module":
                 step_args = fx.node.map_arg(n.args, env.__getitem__)
                 env[n] = self._emit(
@@ -469,15 +475,20 @@ class _GraphBuilder:
             elif n.op == "output":
                 return fx.node.map_arg(n.args[0], env.__getitem__)
             else:
-                new = self.graph.node_copy(n, env.__getitem__)
+                # a pass-through op of the steps (a slice of the input: quantized
+                # first, as a step's input would be)
+                new = self.graph.node_copy(n, lambda m: self._quantized(env[m]))
                 quant_inputs = [
                     m
                     for m in _nodes_in((new.args, new.kwargs))
                     if self.state.get(m) == QUANT
                 ]
                 new.meta = dict(origin.meta)
-                self.state[new] = QUANT
-                self.fake_quant_of[new] = self.fake_quant_of.get(quant_inputs[0])
+                if quant_inputs:
+                    self.state[new] = QUANT
+                    self.fake_quant_of[new] = self.fake_quant_of.get(quant_inputs[0])
+                else:  # sizes
+                    self.state[new] = OTHER
                 env[n] = new
         raise AssertionError("decomposition without output")
 

@@ -947,6 +947,8 @@ class _Binary(QATModule):
         # At level 2 too: a float constant is not on any power-of-two grid
         # (0.1), and the integer add puts it on its accumulation grid first.
         fqs = self.input_fake_quants()[: numbers.count(False)]
+        if len(fqs) != numbers.count(False):
+            return None  # a tensor operand without fake quant (a constant)
         grids = _grids(self, fqs, at_level_2=any(numbers))
         if grids is None:
             return None

@@ -5,7 +5,8 @@ and its feature pyramid network), called without their post-processing on a smal
 backbone; the rest are the blocks such models are built from, written as their
 public code writes them (a YOLO neck with SPP and leaky ReLU, a CSP stage with Mish,
 a pix2pix generator with reflection padding and instance norm, a DETR-style
-``nn.Transformer`` with learned queries, an LSS-style lift
+``nn.Transformer`` with learned queries, a CRNN with a bidirectional LSTM, a
+GRU over frame features, an LSS-style lift
 from camera features to a depth-binned volume, a Hugging Face style attention layer
 with ``softmax(dtype=torch.float32)`` and an ``erf`` GELU, a temporal transformer
 over frame features). Random weights, BatchNorm statistics re-estimated on random
@@ -309,6 +310,46 @@ class DetrHead(nn.Module):
         return torch.cat([self.classes(h), self.boxes(h).sigmoid()], dim=-1)
 
 
+class Crnn(nn.Module):
+    """CRNN text recognition: a conv stack pooled to height 1, the width as the
+    sequence, a bidirectional two-layer LSTM, per-step class log-probabilities
+    (the CTC head's input)."""
+
+    def __init__(self, classes: int = 11):
+        super().__init__()
+        self.features = nn.Sequential(
+            _conv_bn(3, 16),
+            nn.MaxPool2d(2),
+            _conv_bn(16, 32),
+            nn.MaxPool2d(2),
+            _conv_bn(32, 32),
+            nn.MaxPool2d((8, 1)),
+        )
+        self.rnn = nn.LSTM(32, 16, num_layers=2, bidirectional=True)
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        f = self.features(x).squeeze(2).permute(2, 0, 1)  # [W, N, C]
+        out, _ = self.rnn(f)
+        return F.log_softmax(self.fc(out), dim=-1)
+
+
+class GruTracker(nn.Module):
+    """A temporal model over per-frame features ([N, T, D]): a GRU from a
+    zero initial state, the last hidden state to a motion / score head."""
+
+    def __init__(self, d: int = 24, hidden: int = 16):
+        super().__init__()
+        self.embed = nn.Linear(d, hidden)
+        self.gru = nn.GRU(hidden, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 6)
+
+    def forward(self, x):
+        h0 = torch.zeros(1, x.shape[0], self.gru.hidden_size)
+        _, h = self.gru(F.relu(self.embed(x)), h0)
+        return self.head(h[-1])
+
+
 # name -> (builder, input shape of one sample, note)
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "retinanet_fpn": (lambda: Detector("retinanet"), (3, 64, 64), "torchvision"),
@@ -323,6 +364,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "hf_attention": (HfSelfAttention, (8, 32), "softmax(dtype=), erf GELU"),
     "temporal_fusion": (TemporalFusion, (5, 24), "einsum attention, elu, softplus"),
     "detr_transformer": (DetrHead, (3, 64, 64), "nn.Transformer, learned queries"),
+    "crnn": (Crnn, (3, 32, 32), "bidirectional 2-layer LSTM over the width"),
+    "gru_tracker": (GruTracker, (6, 24), "GRU from a zero state, its last state"),
 }
 
 
