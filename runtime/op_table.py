@@ -81,6 +81,15 @@ OPS: tuple[OpEntry, ...] = (
     OpEntry("conv2d", "hbir.conv2d", GEMM, ("nn.Conv2d", "F.conv2d")),
     OpEntry("conv_transpose2d", "hbir.conv_transpose2d", GEMM, ("nn.ConvTranspose2d",)),
     OpEntry("linear", "hbir.linear", GEMM, ("nn.Linear", "F.linear")),
+    # 1-d convs and pools: the 2-d op on [N, C, 1, L]
+    OpEntry("conv1d", "hbir.conv2d", GEMM, ("nn.Conv1d", "F.conv1d"), DECOMPOSED),
+    OpEntry(
+        "conv_transpose1d",
+        "hbir.conv_transpose2d",
+        GEMM,
+        ("nn.ConvTranspose1d",),
+        DECOMPOSED,
+    ),
     OpEntry(
         "matmul",
         "hbir.matmul",
@@ -289,6 +298,27 @@ OPS: tuple[OpEntry, ...] = (
         "hbir.max_pool2d",
         MOVE,
         ("nn.MaxPool2d", "F.max_pool2d", "F._max_pool2d"),
+    ),
+    OpEntry(
+        "max_pool1d",
+        "hbir.max_pool2d",
+        MOVE,
+        ("nn.MaxPool1d", "F.max_pool1d", "F._max_pool1d"),
+        DECOMPOSED,
+    ),
+    OpEntry(
+        "avg_pool1d",
+        "hbir.avg_pool2d",
+        POOL,
+        ("nn.AvgPool1d", "F.avg_pool1d"),
+        DECOMPOSED,
+    ),
+    OpEntry(
+        "adaptive_avg_pool1d",
+        "hbir.avg_pool2d",
+        POOL,
+        ("nn.AdaptiveAvgPool1d", "F.adaptive_avg_pool1d"),
+        DECOMPOSED,
     ),
     # an output size that divides the input size: a max pool of that window
     OpEntry(

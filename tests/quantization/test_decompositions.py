@@ -193,6 +193,9 @@ class _Call(nn.Module):
 FLOAT_EQUAL = {
     "log_softmax": (lambda m, x: F.log_softmax(x, -1), (3, 8)),
     "prelu": (lambda m, x: m.op(x), (2, 3, 4, 5)),
+    "conv1d": (lambda m, x: m.op(x), (2, 3, 9)),
+    "max-pool1d": (lambda m, x: F.max_pool1d(x, 3, 2, 1), (2, 3, 9)),
+    "avg-pool1d": (lambda m, x: F.avg_pool1d(x, 2), (2, 3, 9)),
     "prelu-one-slope": (lambda m, x: F.prelu(x, torch.tensor([-0.3])), (2, 3, 4)),
     "var": (lambda m, x: torch.var(x, dim=(1, 2), keepdim=True), (2, 3, 4, 5)),
     "var-biased": (lambda m, x: x.var(1, False), (2, 3, 4, 5)),
@@ -212,6 +215,7 @@ FLOAT_EQUAL = {
 MODULES = {
     "instance-norm": lambda: nn.InstanceNorm2d(3, affine=True),
     "prelu": lambda: nn.PReLU(3),
+    "conv1d": lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, groups=1),
 }
 
 
