@@ -259,6 +259,9 @@ class _GraphBuilder:
             # a part of a decomposition's result (LSTM's ``(h_n, c_n)``)
             part = args[0][args[1]]
             if part is not None:
+                if isinstance(part, fx.Node) and "hbir_value" in node.meta:
+                    # the part's own value (its node has the whole call's meta)
+                    part.meta["hbir_value"] = node.meta["hbir_value"]
                 self.env[node] = part
                 return
         inputs = [
@@ -314,7 +317,7 @@ class _GraphBuilder:
                 self._unsupported(node, why)
                 self._copy(node, args, kwargs, QUANT)  # keep checking what follows
             elif module is not None:
-                self._module_call(node, rule, module, args)
+                self._module_call(node, rule, module, args, kwargs)
             else:
                 self._function_call(node, rule, args, kwargs)
 
@@ -357,16 +360,25 @@ class _GraphBuilder:
 
     # ------------------------------------------------------------- emission
 
-    def _module_call(self, node, rule, module, args) -> None:
+    def _module_call(self, node, rule, module, args, kwargs=None) -> None:
         name = self._site_name(node)
         # A module_name rule names the module: it applies to every call.
         q = _QconfigFor(self, node.target, [type(module), rule.op], site=name)
         fused_relu = node.meta.get("hbir_fused_relu")
+        kwargs = kwargs or {}
         try:
-            built, call_args = rule.build(q, module, *args, fused_relu=fused_relu)
+            # every argument reaches the rule (a mask passed by keyword is refused
+            # there, never dropped)
+            built, call_args = rule.build(
+                q, module, *args, **kwargs, fused_relu=fused_relu
+            )
         except op_rules.Unsupported as error:
             self._unsupported(node, str(error))
-            self._copy(node, args, {}, QUANT)
+            self._copy(node, args, kwargs, QUANT)
+            return
+        except TypeError as error:
+            self._unsupported(node, f"unsupported arguments ({error})")
+            self._copy(node, args, kwargs, QUANT)
             return
         first = self.qat_of_target.setdefault(node.target, built)
         if first is not built:

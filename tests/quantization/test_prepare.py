@@ -607,3 +607,36 @@ def test_ops_with_index_results_are_refused_at_prepare_not_at_export(tmp_path):
     for op in ("Tensor.max", "Tensor.topk", "Tensor.argmax"):
         assert f"{op}: its result holds integer or bool tensors" in text
     assert text.count("test_prepare.py:") == 3
+
+
+class KeywordArguments(nn.Module):
+    """Module calls with keyword arguments: one the rule takes (``hx=``), one
+    that it cannot quantize (``attn_mask=``)."""
+
+    def __init__(self, masked: bool):
+        super().__init__()
+        self.quant = QuantStub()
+        self.gru = nn.GRU(4, 4, batch_first=True)
+        self.mha = nn.MultiheadAttention(4, 2, batch_first=True)
+        self.h0 = nn.Parameter(torch.randn(1, 1, 4))
+        self.masked = masked
+
+    def forward(self, x):
+        x = self.quant(x)
+        h0 = self.h0.expand(1, x.shape[0], 4).contiguous()
+        y = self.gru(x, hx=h0)[0]
+        if self.masked:
+            mask = torch.triu(torch.full((3, 3), float("-inf")), diagonal=1)
+            return self.mha(y, y, y, attn_mask=mask, need_weights=False)[0]
+        return self.mha(y, y, y, need_weights=False)[0]
+
+
+def test_keyword_arguments_of_module_calls_are_used_or_refused_never_dropped(tmp_path):
+    model = KeywordArguments(masked=False).eval()
+    x = torch.randn(2, 3, 4)
+    qat_model = _prepare(model, x, tmp_path)
+    set_fake_quantize(qat_model, FakeQuantState._FLOAT)
+    with torch.no_grad():
+        torch.testing.assert_close(qat_model(x), model(x), atol=1e-5, rtol=1e-5)
+    with pytest.raises(UnsupportedOpError, match="attention masks"):
+        _prepare(KeywordArguments(masked=True).eval(), x, tmp_path / "masked")
