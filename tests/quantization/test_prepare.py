@@ -295,7 +295,7 @@ class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
         self.quant = QuantStub()
-        self.rnn = nn.GRU(4, 4)
+        self.rnn = nn.RNN(4, 4)
 
     def forward(self, x):
         x = self.quant(x)
@@ -312,7 +312,7 @@ def test_unsupported_ops_are_named_with_the_users_source_line(tmp_path):
     for op, code in (
         ("torch.lgamma", "torch.lgamma(x)"),
         ("torch.cumsum", "torch.cumsum(x, 0)"),
-        ("torch.nn.modules.rnn.GRU", "self.rnn(x)"),
+        ("torch.nn.modules.rnn.RNN", "self.rnn(x)"),
     ):
         assert op in message
         where = f"{__file__}:{_source_line(Unsupported.forward, code)}"
