@@ -166,6 +166,10 @@ OPS: tuple[OpEntry, ...] = (
     OpEntry(
         "pow", "hbir.mul", ELEMENTWISE, ("operator.pow", "torch.pow", "Tensor.pow")
     ),
+    # a linear with the fixed lower-triangular ones over the summed dim
+    OpEntry(
+        "cumsum", "hbir.linear", GEMM, ("torch.cumsum", "Tensor.cumsum"), DECOMPOSED
+    ),
     # ``input + value * a * b``
     OpEntry(
         "addcmul",

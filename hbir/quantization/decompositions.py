@@ -78,6 +78,34 @@ class OneDimensional(Decomposition):
         return self.inner(x.unsqueeze(2)).squeeze(2)
 
 
+class CumsumDecomposition(Decomposition):
+    """``cumsum(x, dim)`` as a linear over ``dim`` with the fixed weights
+    ``w[j, i] = 1 if i <= j`` (its weight fake quantization: every value of the
+    running sum is an exact sum of codes, requantized once): ``dim`` moved last,
+    the linear, moved back."""
+
+    op = "cumsum"
+
+    def __init__(self, dim: int, length: int, rank: int, qconfig_for: StepQconfig):
+        super().__init__()
+        from hbir.quantization.qat_modules import Linear
+
+        self.dim, self.last = dim % rank, rank - 1
+        linear = nn.Linear(length, length, bias=False)
+        linear.weight = nn.Parameter(
+            torch.ones(length, length).tril(), requires_grad=False
+        )
+        self.sum = Linear.from_float(linear, qconfig_for("sum", Linear, True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dim == self.last:
+            return self.sum(x)
+        return self.sum(x.transpose(self.dim, self.last)).transpose(self.dim, self.last)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
 class PReLUDecomposition(Decomposition):
     """``prelu(x) = relu(x) + w[c] * (x - relu(x))``: the negative part
     (``x - relu(x)``, exact on the input grid) times the learnable per-channel

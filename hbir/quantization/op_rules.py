@@ -27,6 +27,7 @@ from hbir.quantization import qat_modules as qat
 from hbir.quantization.decompositions import (
     AddProductDecomposition,
     AttentionDecomposition,
+    CumsumDecomposition,
     DivDecomposition,
     EinsumDecomposition,
     EinsumPermutation,
@@ -601,6 +602,13 @@ def _module_adaptive_avg_pool1d(q, mod, x, *, fused_relu=None):
     return _adaptive_avg_pool1d(q, x, mod.output_size)
 
 
+def _cumsum(q, input, dim, *, dtype=None, out=None):
+    _require(dtype in (None, torch.float32) and out is None, "dtype= / out=")
+    shape = input.meta["hbir_value"].shape
+    module = CumsumDecomposition(dim, shape[dim], len(shape), q.step)
+    return module, (input,)
+
+
 def _prelu_of(q, input, weight):
     shape = input.meta["hbir_value"].shape
     _require(len(shape) >= 2, "prelu of a tensor without a channel dim")
@@ -834,6 +842,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "norm": _norm,
     "instance_norm": _instance_norm,
     "prelu": _prelu,
+    "cumsum": _cumsum,
     "conv1d": _f_conv1d,
     "max_pool1d": _max_pool1d,
     "avg_pool1d": _avg_pool1d,

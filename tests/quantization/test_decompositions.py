@@ -194,6 +194,7 @@ FLOAT_EQUAL = {
     "log_softmax": (lambda m, x: F.log_softmax(x, -1), (3, 8)),
     "prelu": (lambda m, x: m.op(x), (2, 3, 4, 5)),
     "conv1d": (lambda m, x: m.op(x), (2, 3, 9)),
+    "cumsum": (lambda m, x: x.cumsum(1), (2, 5, 3)),
     "max-pool1d": (lambda m, x: F.max_pool1d(x, 3, 2, 1), (2, 3, 9)),
     "avg-pool1d": (lambda m, x: F.avg_pool1d(x, 2), (2, 3, 9)),
     "prelu-one-slope": (lambda m, x: F.prelu(x, torch.tensor([-0.3])), (2, 3, 4)),

@@ -300,7 +300,7 @@ class Unsupported(nn.Module):
     def forward(self, x):
         x = self.quant(x)
         x = torch.lgamma(x)
-        x = torch.cumsum(x, 0)
+        x = torch.cumprod(x, 0)
         return self.rnn(x)[0]
 
 
@@ -311,7 +311,7 @@ def test_unsupported_ops_are_named_with_the_users_source_line(tmp_path):
     assert "cannot quantize 3 ops" in message
     for op, code in (
         ("torch.lgamma", "torch.lgamma(x)"),
-        ("torch.cumsum", "torch.cumsum(x, 0)"),
+        ("torch.cumprod", "torch.cumprod(x, 0)"),
         ("torch.nn.modules.rnn.RNN", "self.rnn(x)"),
     ):
         assert op in message

@@ -201,6 +201,8 @@ SAMPLES = {
     "F.group_norm": _x4(lambda m, x: F.group_norm(x, 1, m.op.weight, m.op.bias)),
     "F.normalize": _x4(lambda m, x: F.normalize(x, dim=1)),
     "nn.PReLU": _x4(lambda m, x: m.op(x)),
+    "torch.cumsum": _x4(lambda m, x: torch.cumsum(x, 1)),
+    "Tensor.cumsum": _x4(lambda m, x: x.cumsum(-1)),
     "nn.Conv1d": (lambda m, x: m.op(x), (2, 4, 9)),
     "F.conv1d": (lambda m, x: F.conv1d(x, m.op.weight, m.op.bias, 2, 1), (2, 4, 9)),
     "nn.ConvTranspose1d": (lambda m, x: m.op(x), (2, 4, 5)),
