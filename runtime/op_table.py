@@ -166,6 +166,14 @@ OPS: tuple[OpEntry, ...] = (
     OpEntry(
         "pow", "hbir.mul", ELEMENTWISE, ("operator.pow", "torch.pow", "Tensor.pow")
     ),
+    # a constant mask: ``a * keep + b * (1 - keep)`` (masked_fill: the value is a)
+    OpEntry(
+        "where",
+        "hbir.mul",
+        ELEMENTWISE,
+        ("torch.where", "Tensor.where", "Tensor.masked_fill", "torch.masked_fill"),
+        DECOMPOSED,
+    ),
     # a linear with the fixed lower-triangular ones over the summed dim
     OpEntry(
         "cumsum", "hbir.linear", GEMM, ("torch.cumsum", "Tensor.cumsum"), DECOMPOSED

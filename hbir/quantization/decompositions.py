@@ -78,6 +78,37 @@ class OneDimensional(Decomposition):
         return self.inner(x.unsqueeze(2)).squeeze(2)
 
 
+class WhereDecomposition(Decomposition):
+    """``where(cond, a, b)`` for a constant ``cond`` (a mask made from sizes):
+    ``a * keep + b * (1 - keep)`` with ``keep`` the mask as 0 / 1, each product
+    its own step (a quantized constant factor of 0 or 1), the sum the last; an
+    operand that is the number 0 has no product."""
+
+    op = "where"
+
+    def __init__(
+        self, cond: torch.Tensor, a_tensor: bool, b_tensor: bool, qconfig_for
+    ) -> None:
+        super().__init__()
+        self.a_tensor, self.b_tensor = a_tensor, b_tensor
+        both = a_tensor and b_tensor
+        self.register_buffer("keep", cond.to(torch.float32))
+        self.register_buffer("drop", 1.0 - cond.to(torch.float32))
+        if a_tensor:
+            self.keep_a = QuantMul(qconfig_for("keep_a", QuantMul, not both))
+        if b_tensor:
+            self.keep_b = QuantMul(qconfig_for("keep_b", QuantMul, not both))
+        if both:
+            self.add = QuantAdd(qconfig_for("add", QuantAdd, True))
+
+    def forward(self, a, b):
+        if not self.b_tensor:
+            return self.keep_a(a, self.keep)
+        if not self.a_tensor:
+            return self.keep_b(b, self.drop)
+        return self.add(self.keep_a(a, self.keep), self.keep_b(b, self.drop))
+
+
 class CumsumDecomposition(Decomposition):
     """``cumsum(x, dim)`` as a linear over ``dim`` with the fixed weights
     ``w[j, i] = 1 if i <= j`` (its weight fake quantization: every value of the

@@ -41,6 +41,7 @@ from hbir.quantization.decompositions import (
     PReLUDecomposition,
     SoftmaxDecomposition,
     VarianceDecomposition,
+    WhereDecomposition,
     einsum_plan,
 )
 from hbir.quantization.recurrent import RECURRENT, UnsupportedRecurrence
@@ -602,6 +603,39 @@ def _module_adaptive_avg_pool1d(q, mod, x, *, fused_relu=None):
     return _adaptive_avg_pool1d(q, x, mod.output_size)
 
 
+def _where_of(q, cond, a, b):
+    _require(
+        isinstance(cond, fx.Node) and cond.op == "get_attr",
+        "a condition computed from inputs (a comparison): masks have no quantized "
+        "form yet; a constant mask (made from sizes) is supported",
+    )
+    mask = q.constant(cond)
+    _require(mask.dtype == torch.bool, f"a condition of dtype {mask.dtype}")
+    a_tensor, b_tensor = _is_tensor_arg(a), _is_tensor_arg(b)
+    for v, is_tensor in ((a, a_tensor), (b, b_tensor)):
+        _require(
+            is_tensor or v == 0,
+            f"a fill value of {v} (0 or a tensor: other values, such as an "
+            "attention mask's -inf, have no quantized form yet)",
+        )
+    _require(a_tensor or b_tensor, "no tensor operand")
+    module = WhereDecomposition(mask, a_tensor, b_tensor, q.step)
+    return module, (a if a_tensor else 0.0, b if b_tensor else 0.0)
+
+
+def _where(q, condition, input, other=None, *, out=None):
+    _require(other is not None and out is None, "where(condition) (the indices)")
+    return _where_of(q, condition, input, other)
+
+
+def _tensor_where(q, input, condition, other):
+    return _where_of(q, condition, input, other)
+
+
+def _masked_fill(q, input, mask, value):
+    return _where_of(q, mask, value, input)
+
+
 def _cumsum(q, input, dim, *, dtype=None, out=None):
     _require(dtype in (None, torch.float32) and out is None, "dtype= / out=")
     shape = input.meta["hbir_value"].shape
@@ -843,6 +877,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "instance_norm": _instance_norm,
     "prelu": _prelu,
     "cumsum": _cumsum,
+    "where": _where,
     "conv1d": _f_conv1d,
     "max_pool1d": _max_pool1d,
     "avg_pool1d": _avg_pool1d,
@@ -866,6 +901,9 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
 
 _SPELLING_BUILDERS: dict[str, Callable] = {
     "F.hardtanh": _hardtanh,
+    "Tensor.where": _tensor_where,
+    "Tensor.masked_fill": _masked_fill,
+    "torch.masked_fill": _masked_fill,
     "torch.clamp_min": _clamp_min,
     "Tensor.clamp_min": _clamp_min,
     "torch.clamp_max": _clamp_max,

@@ -49,6 +49,7 @@ from hbir.quantization.tracing import (
     HbirTracer,
     PrepareError,
     describe_target,
+    describe_value,
     record_values,
     trace,
     user_frame,
@@ -486,6 +487,13 @@ class _GraphBuilder:
                 )
             elif n.op == "output":
                 return fx.node.map_arg(n.args[0], env.__getitem__)
+            elif n.op == "get_attr":  # a buffer of the container (a constant mask)
+                new = self.graph.get_attr(f"{base}.{n.target}")
+                new.meta = dict(origin.meta)
+                value = getattr(container, n.target)
+                new.meta["hbir_value"] = describe_value(value)
+                self.state[new] = FLOAT
+                env[n] = new
             else:
                 # a pass-through op of the steps (a slice of the input: quantized
                 # first, as a step's input would be)

@@ -195,6 +195,14 @@ FLOAT_EQUAL = {
     "prelu": (lambda m, x: m.op(x), (2, 3, 4, 5)),
     "conv1d": (lambda m, x: m.op(x), (2, 3, 9)),
     "cumsum": (lambda m, x: x.cumsum(1), (2, 5, 3)),
+    "where": (
+        lambda m, x: torch.where(torch.ones(4, 5).tril().bool(), x, x * 2),
+        (2, 3, 4, 5),
+    ),
+    "masked-fill": (
+        lambda m, x: x.masked_fill(torch.ones(5).bool().logical_not(), 0.0),
+        (2, 5),
+    ),
     "max-pool1d": (lambda m, x: F.max_pool1d(x, 3, 2, 1), (2, 3, 9)),
     "avg-pool1d": (lambda m, x: F.avg_pool1d(x, 2), (2, 3, 9)),
     "prelu-one-slope": (lambda m, x: F.prelu(x, torch.tensor([-0.3])), (2, 3, 4)),

@@ -357,6 +357,11 @@ def test_unsupported_arguments_are_reported(tmp_path):
         (lambda x: torch.einsum("...i,...i->...", x, x), "'...'"),
         (lambda x: F.leaky_relu(x, float("nan")), "negative_slope=nan"),
         (lambda x: F.softplus(x, 1.0, 5.0), "threshold=5.0"),
+        (lambda x: torch.where(x > 0, x, 0.0), "integer or bool"),
+        (
+            lambda x: x.masked_fill(torch.ones(4).bool(), float("-inf")),
+            "a fill value of -inf",
+        ),
     ],
 )
 def test_what_export_cannot_emit_is_refused_at_prepare(call, message, tmp_path):

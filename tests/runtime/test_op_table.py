@@ -113,6 +113,11 @@ def test_unknown_lowering_is_refused():
 # ----------------------------------------------------------------- end to end
 
 
+def _tril(n):
+    """A constant mask made inside forward (folded into a graph constant)."""
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
 def _const(shape):
     return torch.linspace(0.5, 1.5, int(np.prod(shape))).reshape(shape)
 
@@ -202,6 +207,10 @@ SAMPLES = {
     "F.normalize": _x4(lambda m, x: F.normalize(x, dim=1)),
     "nn.PReLU": _x4(lambda m, x: m.op(x)),
     "torch.cumsum": _x4(lambda m, x: torch.cumsum(x, 1)),
+    "torch.where": _x4(lambda m, x: torch.where(_tril(6), x, x.sigmoid())),
+    "Tensor.where": _x4(lambda m, x: x.where(_tril(6), 0.0)),
+    "Tensor.masked_fill": _x4(lambda m, x: x.masked_fill(_tril(6).logical_not(), 0)),
+    "torch.masked_fill": _x4(lambda m, x: torch.masked_fill(x, _tril(6), 0.0)),
     "Tensor.cumsum": _x4(lambda m, x: x.cumsum(-1)),
     "nn.Conv1d": (lambda m, x: m.op(x), (2, 4, 9)),
     "F.conv1d": (lambda m, x: F.conv1d(x, m.op.weight, m.op.bias, 2, 1), (2, 4, 9)),
