@@ -16,6 +16,7 @@ import sys
 import types
 
 from hbir.quantization.consistency import ConsistencyStrategy
+from hbir.quantization.distributed import ObserverStateError
 from hbir.quantization.dtypes import QuantDType, qint8, qint16, qint32
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
 from hbir.quantization.image import (
@@ -92,6 +93,7 @@ __all__ = [
     "HistogramObserver",
     "MinMaxObserver",
     "MovingAverageMinMaxObserver",
+    "ObserverStateError",
     "PerChannelMinMaxObserver",
     "PreExportError",
     "PrepareError",

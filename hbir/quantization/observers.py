@@ -7,14 +7,21 @@ Every observer keeps ``min_val`` / ``max_val`` buffers and computes
 keeps the observed range representable. Zero points are always 0 (symmetric).
 
 Per-tensor observers report ``ch_axis = -1``; per-channel observers a non-negative axis.
+
+Under ``torch.distributed`` every step reduces its batch statistics over the ranks
+first (``hbir.quantization.distributed``), so all ranks calibrate one set of scales
+from everyone's data.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
 from torch import nn
 
+from hbir.quantization import distributed
 from hbir.quantization.dtypes import QuantDType, qint8
 from hbir.runtime import numerics
 
@@ -84,13 +91,22 @@ class MinMaxObserver(ObserverBase):
         self.averaging_constant = averaging_constant
 
     def _batch_min_max(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.numel() == 0:  # (a rank's empty share of a distributed step)
+            return torch.tensor(float("inf")), torch.tensor(float("-inf"))
         return torch.aminmax(x)
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() == 0:
+        sync = distributed.active()
+        if x.numel() == 0 and not sync:
             return x
         batch_min, batch_max = self._batch_min_max(x.detach().float())
+        if sync:  # the step's statistics over every rank's batch
+            batch_min, batch_max, _ = distributed.reduce_extremes(
+                batch_min, batch_max, [float(self.has_data())], type(self).__name__
+            )
+            if not bool((batch_min <= batch_max).all()):
+                return x  # every rank's batch was empty
         c = self.averaging_constant
         if not self.has_data() or c == 1:
             self.min_val.resize_(batch_min.shape).copy_(batch_min)
@@ -140,7 +156,11 @@ class PerChannelMinMaxObserver(MinMaxObserver):
         self.max_val = torch.empty(0)
 
     def _batch_min_max(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = x.transpose(0, self.ch_axis).reshape(x.shape[self.ch_axis], -1)
+        channels = x.shape[self.ch_axis]
+        if x.numel() == 0:
+            inf = torch.full((channels,), float("inf"))
+            return inf, -inf
+        rows = x.transpose(0, self.ch_axis).reshape(channels, -1)
         return torch.aminmax(rows, dim=1)
 
 
@@ -172,18 +192,37 @@ class HistogramObserver(ObserverBase):
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() == 0:
+        sync = distributed.active()
+        if x.numel() == 0 and not sync:
             return x
         x = x.detach()
-        batch_min, batch_max = torch.aminmax(x.float())
+        magnitudes = x.abs().flatten().double()
+        if x.numel():
+            batch_min, batch_max = torch.aminmax(x.float())
+            peak = magnitudes.max()
+        else:
+            batch_min, batch_max = (
+                torch.tensor(float("inf")),
+                torch.tensor(-float("inf")),
+            )
+            peak = torch.tensor(0.0, dtype=torch.float64)
+        if sync:  # the range over every rank's batch; the same history everywhere
+            low, high, _ = distributed.reduce_extremes(
+                torch.stack([batch_min.double(), torch.tensor(math.inf).double()]),
+                torch.stack([batch_max.double(), peak]),
+                [float(self.has_data()), float(self.upper)],
+                type(self).__name__,
+            )
+            batch_min, batch_max = low[0].float(), high[0].float()
+            peak = high[1]
+            if not bool(batch_min <= batch_max):
+                return x  # every rank's batch was empty
         if not self.has_data():
             self.min_val.copy_(batch_min)
             self.max_val.copy_(batch_max)
         else:
             torch.minimum(self.min_val, batch_min, out=self.min_val)
             torch.maximum(self.max_val, batch_max, out=self.max_val)
-        magnitudes = x.abs().flatten().double()
-        peak = magnitudes.max()
         if self.upper == 0:
             # Everything seen so far was 0 and sits in bin 0 for any range.
             self.upper.copy_(peak)
@@ -193,9 +232,11 @@ class HistogramObserver(ObserverBase):
             self.histogram[: self.bins // 2] = merged
             self.upper.mul_(2)
         if self.upper > 0:
-            self.histogram += torch.histc(magnitudes, self.bins, 0, float(self.upper))
+            batch = torch.histc(magnitudes, self.bins, 0, float(self.upper))
         else:
-            self.histogram[0] += magnitudes.numel()
+            batch = torch.zeros_like(self.histogram)
+            batch[0] = magnitudes.numel()
+        self.histogram += distributed.reduce_sum(batch) if sync else batch
         return x
 
     def absmax(self) -> torch.Tensor:
