@@ -48,17 +48,34 @@ class SoftmaxDecomposition(Decomposition):
 
     op = "softmax"
 
-    def __init__(self, dim: int, qconfig_for: StepQconfig) -> None:
+    def __init__(
+        self,
+        dim: int,
+        qconfig_for: StepQconfig,
+        keep: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> None:
         super().__init__()
         self.dim = dim
+        self.masked = keep is not None
+        if bias is not None:  # a constant added first (a finite attention mask)
+            self.register_buffer("bias", bias.to(torch.float32))
+            self.add_bias = QuantAdd(qconfig_for("add_bias", QuantAdd, False))
         self.sub = QuantSub(qconfig_for("sub", QuantSub, False))
         self.exp = Exp(qconfig_for("exp", Exp, False))
+        if self.masked:  # the positions a mask excludes (-inf, False): exp times 0
+            self.register_buffer("keep", keep.to(torch.float32))
+            self.keep_exp = QuantMul(qconfig_for("keep", QuantMul, False))
         self.sum = QuantSum(qconfig_for("sum", QuantSum, False), dim, keepdim=True)
         self.reciprocal = Reciprocal(qconfig_for("reciprocal", Reciprocal, False))
         self.mul = QuantMul(qconfig_for("mul", QuantMul, True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self, "add_bias"):
+            x = self.add_bias(x, self.bias)
         e = self.exp(self.sub(x, torch.amax(x, self.dim, keepdim=True)))
+        if self.masked:
+            e = self.keep_exp(e, self.keep)
         return self.mul(e, self.reciprocal(self.sum(e)))
 
     def extra_repr(self) -> str:
@@ -438,18 +455,26 @@ class DivDecomposition(Decomposition):
 
 
 class AttentionDecomposition(Decomposition):
-    """``softmax(q @ k^T * scale) @ v``: ``F.scaled_dot_product_attention`` without a
-    mask or dropout, as two quantized matmuls around a quantized softmax."""
+    """``softmax(q @ k^T * scale + mask) @ v``: ``F.scaled_dot_product_attention``
+    without dropout, as two quantized matmuls around a quantized softmax. A constant
+    mask (``attention_mask``) is its softmax's ``bias`` and ``keep``: the max is
+    taken over every position, then the excluded ones are multiplied by 0."""
 
     op = "attention"
 
-    def __init__(self, scale: float, qconfig_for: StepQconfig) -> None:
+    def __init__(
+        self,
+        scale: float,
+        qconfig_for: StepQconfig,
+        mask: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    ) -> None:
         super().__init__()
         self.scale = scale
         self.qk = QuantMatmul(qconfig_for("qk", QuantMatmul, False))
         self.mul = QuantMul(qconfig_for("mul", QuantMul, False))
+        keep, bias = mask
         self.softmax = SoftmaxDecomposition(
-            -1, _prefixed(qconfig_for, "softmax", False)
+            -1, _prefixed(qconfig_for, "softmax", False), keep, bias
         )
         self.av = QuantMatmul(qconfig_for("av", QuantMatmul, True))
 
@@ -459,6 +484,32 @@ class AttentionDecomposition(Decomposition):
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
+
+
+def attention_mask(
+    mask: torch.Tensor | None, causal: bool, shape: tuple[int, int], allowed: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A constant attention mask as a softmax's ``(keep, bias)``: bool masks (True
+    = ``allowed``, which is SDPA's convention; nn.MultiheadAttention's is the
+    opposite) and -inf entries exclude a position, finite float entries are added.
+    ``causal``: the lower triangle of ``shape`` (queries x keys) is kept."""
+    keep = bias = None
+    if causal:
+        keep = torch.ones(shape, dtype=torch.bool).tril()
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            allowed_here = mask if allowed else ~mask
+            keep = allowed_here if keep is None else keep & allowed_here
+        else:
+            finite = torch.isfinite(mask)
+            if not bool(finite.all()):
+                keep = finite if keep is None else keep & finite
+            values = torch.where(finite, mask, torch.zeros_like(mask))
+            if bool(values.any()):
+                bias = values
+    if keep is not None and not bool(keep.any(-1).all()):
+        raise ValueError("a mask that excludes every key of some query")
+    return keep, bias
 
 
 def _prefixed(qconfig_for: StepQconfig, prefix: str, final: bool) -> StepQconfig:
@@ -534,7 +585,12 @@ class MultiheadAttentionDecomposition(Decomposition):
 
     op = "multihead_attention"
 
-    def __init__(self, mha: nn.Module, qconfig_for: StepQconfig) -> None:
+    def __init__(
+        self,
+        mha: nn.Module,
+        qconfig_for: StepQconfig,
+        mask: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    ) -> None:
         super().__init__()
         from hbir.quantization.qat_modules import Linear
 
@@ -559,7 +615,7 @@ class MultiheadAttentionDecomposition(Decomposition):
             setattr(self, f"{name}_proj", Linear.from_float(linear, qconfig))
         scale = 1.0 / math.sqrt(e // heads)
         self.attention = AttentionDecomposition(
-            scale, _prefixed(qconfig_for, "attention", False)
+            scale, _prefixed(qconfig_for, "attention", False), mask
         )
         self.out_proj = Linear.from_float(
             mha.out_proj, qconfig_for("out_proj", Linear, True)

@@ -36,6 +36,9 @@ FACTORIES = ("zeros", "ones", "full", "empty")
 FACTORIES += ("zeros_like", "ones_like", "full_like", "empty_like", "tensor")
 FACTORY_META = "hbir_factory"
 SHAPE_META = "hbir_shape"  # a tensor node's shape on the example inputs
+# a tensor computed from sizes and factories only (a causal mask of the sequence
+# length): its value on the example inputs
+FROM_SIZES_META = "hbir_from_sizes"
 
 
 def index_assign(tensor: torch.Tensor, index, value) -> torch.Tensor:

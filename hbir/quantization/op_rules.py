@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from hbir.quantization import functionalize
 from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.decompositions import (
@@ -42,6 +43,7 @@ from hbir.quantization.decompositions import (
     SoftmaxDecomposition,
     VarianceDecomposition,
     WhereDecomposition,
+    attention_mask,
     einsum_plan,
 )
 from hbir.quantization.recurrent import RECURRENT, UnsupportedRecurrence
@@ -155,12 +157,44 @@ def _module_multihead_attention(
     *,
     fused_relu=None,
 ):
-    _require(key_padding_mask is None and attn_mask is None, "attention masks")
-    _require(not is_causal, "is_causal=True")
+    _require(key_padding_mask is None, "a key padding mask (made from inputs)")
     _require(_rank(query) == 3, "unbatched (2-D) inputs")
     _require(mod.bias_k is None and mod.bias_v is None, "add_bias_kv=True")
     _require(not mod.add_zero_attn, "add_zero_attn=True")
-    return MultiheadAttentionDecomposition(mod, q.step), (query, key, value)
+    mask = _constant_mask(q, attn_mask)
+    if mask is not None and mask.dim() == 3:  # [N * heads, L, S]
+        mask = mask.reshape(-1, mod.num_heads, *mask.shape[1:])
+    seq = 1 if mod.batch_first else 0
+    shape = (query.meta["hbir_value"].shape[seq], key.meta["hbir_value"].shape[seq])
+    try:
+        masks = attention_mask(mask, is_causal and mask is None, shape, allowed=False)
+    except ValueError as e:
+        raise Unsupported(str(e)) from None
+    module = MultiheadAttentionDecomposition(mod, q.step, masks)
+    return module, (query, key, value)
+
+
+def _constant_mask(q, mask):
+    """An attention mask that is a graph constant or made from sizes (a causal mask
+    of the sequence length: its value on the example inputs), or None."""
+    if mask is None:
+        return None
+    value = _from_sizes(q, mask)
+    _require(
+        value is not None,
+        "an attention mask computed from inputs (a padding mask): only constant "
+        "masks (causal, made from sizes) have a quantized form",
+    )
+    return value
+
+
+def _from_sizes(q, node):
+    """The value of a graph constant or of a tensor made from sizes, else None."""
+    if not isinstance(node, fx.Node):
+        return None
+    if node.op == "get_attr":
+        return q.constant(node)
+    return node.meta.get(functionalize.FROM_SIZES_META)
 
 
 def _module_group_norm(q, mod, x, *, fused_relu=None):
@@ -266,13 +300,16 @@ def _attention(
     scale=None,
     enable_gqa=False,
 ):
-    _require(attn_mask is None, "an attention mask")
     _require(not dropout_p, f"dropout_p={dropout_p} (dropout in the traced forward)")
-    _require(not is_causal, "is_causal=True")
     _require(not enable_gqa, "enable_gqa=True")
     if scale is None:
         scale = 1.0 / math.sqrt(query.meta["hbir_value"].shape[-1])
-    return AttentionDecomposition(float(scale), q.step), (query, key, value)
+    shape = (query.meta["hbir_value"].shape[-2], key.meta["hbir_value"].shape[-2])
+    try:
+        masks = attention_mask(_constant_mask(q, attn_mask), is_causal, shape, True)
+    except ValueError as e:
+        raise Unsupported(str(e)) from None
+    return AttentionDecomposition(float(scale), q.step, masks), (query, key, value)
 
 
 # ----------------------------------------------------------------- function builders
@@ -604,12 +641,12 @@ def _module_adaptive_avg_pool1d(q, mod, x, *, fused_relu=None):
 
 
 def _where_of(q, cond, a, b):
+    mask = _from_sizes(q, cond)
     _require(
-        isinstance(cond, fx.Node) and cond.op == "get_attr",
+        mask is not None,
         "a condition computed from inputs (a comparison): masks have no quantized "
         "form yet; a constant mask (made from sizes) is supported",
     )
-    mask = q.constant(cond)
     _require(mask.dtype == torch.bool, f"a condition of dtype {mask.dtype}")
     a_tensor, b_tensor = _is_tensor_arg(a), _is_tensor_arg(b)
     for v, is_tensor in ((a, a_tensor), (b, b_tensor)):

@@ -490,7 +490,7 @@ class _GraphBuilder:
             elif n.op == "get_attr":  # a buffer of the container (a constant mask)
                 new = self.graph.get_attr(f"{base}.{n.target}")
                 new.meta = dict(origin.meta)
-                value = getattr(container, n.target)
+                value = operator.attrgetter(n.target)(container)
                 new.meta["hbir_value"] = describe_value(value)
                 self.state[new] = FLOAT
                 env[n] = new

@@ -178,6 +178,7 @@ class ConcreteTracer(HbirTracer):
             if isinstance(x, torch.Tensor) and x.dim() > 0
         }
         self._computing = 0  # > 0 while running the model for a node's value
+        self._factory_functions: set = set()  # the originals of the traced factories
 
     def call_module(self, m, forward, args, kwargs):
         if self._computing:  # module calls inside a value computation just run
@@ -213,7 +214,18 @@ class ConcreteTracer(HbirTracer):
             self._computing -= 1
         proxy.__dict__["value"] = value
         if isinstance(value, torch.Tensor):
-            proxy.node.meta[functionalize.SHAPE_META] = tuple(value.shape)
+            node = proxy.node
+            node.meta[functionalize.SHAPE_META] = tuple(value.shape)
+            tensors = [n for n in node.all_input_nodes if n.op != "get_attr"]
+            tensors = [n for n in tensors if functionalize.SHAPE_META in n.meta]
+            if kind in ("call_function", "call_method") and (
+                (not tensors and target in self._factory_functions)
+                or (
+                    tensors
+                    and all(functionalize.FROM_SIZES_META in n.meta for n in tensors)
+                )
+            ):
+                node.meta[functionalize.FROM_SIZES_META] = value
         return proxy
 
     def _factory(self, original):
@@ -252,6 +264,7 @@ class ConcreteTracer(HbirTracer):
         wrapped = dict(_symbolic_trace._wrapped_fns_to_patch)
         _symbolic_trace._wrapped_fns_to_patch.clear()
         factories = {name: getattr(torch, name) for name in functionalize.FACTORIES}
+        self._factory_functions = set(factories.values())
         try:
             for name, original in factories.items():
                 setattr(torch, name, self._factory(original))

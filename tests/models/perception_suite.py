@@ -5,7 +5,8 @@ and its feature pyramid network), called without their post-processing on a smal
 backbone; the rest are the blocks such models are built from, written as their
 public code writes them (a YOLO neck with SPP and leaky ReLU, a CSP stage with Mish,
 a pix2pix generator with reflection padding and instance norm, a DETR-style
-``nn.Transformer`` with learned queries, a CRNN with a bidirectional LSTM, a
+``nn.Transformer`` with learned queries, a GPT-style block with causal attention,
+a CRNN with a bidirectional LSTM, a
 GRU over frame features, an LSS-style lift
 from camera features to a depth-binned volume, a Hugging Face style attention layer
 with ``softmax(dtype=torch.float32)`` and an ``erf`` GELU, a temporal transformer
@@ -350,6 +351,35 @@ class GruTracker(nn.Module):
         return self.head(h[-1])
 
 
+class GptBlock(nn.Module):
+    """A GPT-style decoder block as minGPT writes it: pre-LayerNorm, one qkv
+    linear split in three, causal ``scaled_dot_product_attention``, a tanh-GELU
+    MLP, residuals; then a decoder layer of torch's own with a causal mask made
+    from the sequence length (``generate_square_subsequent_mask``)."""
+
+    def __init__(self, d: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(
+            nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d)
+        )
+        self.decoder = nn.TransformerDecoderLayer(
+            d, heads, 2 * d, dropout=0.0, batch_first=True
+        )
+
+    def forward(self, x):
+        n, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(n, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(n, t, d))
+        x = x + self.mlp(self.ln2(x))
+        mask = nn.Transformer.generate_square_subsequent_mask(t)
+        return self.decoder(x, x, tgt_mask=mask, tgt_is_causal=True)
+
+
 # name -> (builder, input shape of one sample, note)
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "retinanet_fpn": (lambda: Detector("retinanet"), (3, 64, 64), "torchvision"),
@@ -365,6 +395,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "temporal_fusion": (TemporalFusion, (5, 24), "einsum attention, elu, softplus"),
     "detr_transformer": (DetrHead, (3, 64, 64), "nn.Transformer, learned queries"),
     "crnn": (Crnn, (3, 32, 32), "bidirectional 2-layer LSTM over the width"),
+    "gpt_block": (GptBlock, (8, 32), "causal SDPA, decoder layer with tgt_mask"),
     "gru_tracker": (GruTracker, (6, 24), "GRU from a zero state, its last state"),
 }
 

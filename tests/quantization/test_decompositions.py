@@ -195,6 +195,35 @@ FLOAT_EQUAL = {
     "prelu": (lambda m, x: m.op(x), (2, 3, 4, 5)),
     "conv1d": (lambda m, x: m.op(x), (2, 3, 9)),
     "cumsum": (lambda m, x: x.cumsum(1), (2, 5, 3)),
+    "sdpa-causal": (
+        lambda m, x: F.scaled_dot_product_attention(x, x, x, is_causal=True),
+        (2, 2, 5, 4),
+    ),
+    "sdpa-bool-mask": (
+        lambda m, x: F.scaled_dot_product_attention(
+            x, x * 2, x, attn_mask=torch.ones(5, 5, dtype=torch.bool).triu()
+        ),
+        (2, 2, 5, 4),
+    ),
+    "mha-causal-mask": (
+        lambda m, x: m.op(
+            x,
+            x,
+            x,
+            attn_mask=nn.Transformer.generate_square_subsequent_mask(x.shape[1]),
+        )[0],
+        (2, 5, 8),
+    ),
+    "mha-mask-made-from-sizes": (
+        lambda m, x: m.op(
+            x,
+            x,
+            x,
+            attn_mask=torch.ones(x.shape[1], x.shape[1]).tril() == 0,
+            need_weights=False,
+        )[0],
+        (2, 5, 8),
+    ),
     "where": (
         lambda m, x: torch.where(torch.ones(4, 5).tril().bool(), x, x * 2),
         (2, 3, 4, 5),
@@ -225,6 +254,8 @@ MODULES = {
     "instance-norm": lambda: nn.InstanceNorm2d(3, affine=True),
     "prelu": lambda: nn.PReLU(3),
     "conv1d": lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, groups=1),
+    "mha-causal-mask": lambda: nn.MultiheadAttention(8, 2, batch_first=True),
+    "mha-mask-made-from-sizes": lambda: nn.MultiheadAttention(8, 2, batch_first=True),
 }
 
 
@@ -233,7 +264,7 @@ def test_new_decompositions_compute_the_torch_op_in_float_mode(name, tmp_path):
     call, shape = FLOAT_EQUAL[name]
     torch.manual_seed(0)
     module = MODULES.get(name, lambda: None)()
-    if module is not None:
+    if module is not None and hasattr(module, "weight"):
         module.weight.data.uniform_(-0.5, 1.5)
         if getattr(module, "bias", None) is not None:
             module.bias.data.normal_()
