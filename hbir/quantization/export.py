@@ -128,10 +128,10 @@ class Exporter:
         if fq is None or not bool(fq.fake_quant_enabled[0]):
             return value
         scale = fq.scale.detach().double().numpy()
-        if np.any(scale == 1.0) and fq.ch_axis < 0:
+        if not fq.activation_post_process.has_data():
             warnings.warn(
-                f"{self._where()}: fake quant scale is still 1.0: feature statistics "
-                "may not have been gathered (calibrate before export)",
+                f"{self._where()}: the fake quant has observed nothing, so its scale "
+                "is the initial 1.0 (calibrate before export)",
                 stacklevel=3,
             )
         zero = fq.zero_point.detach().double().numpy()

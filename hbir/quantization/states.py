@@ -15,6 +15,7 @@ classic QAT mistake.
 from __future__ import annotations
 
 import enum
+import warnings
 
 from torch import nn
 
@@ -54,6 +55,19 @@ def set_fake_quantize(model: nn.Module, state: FakeQuantState) -> None:
             f"{'train' if needs_training else 'eval'} mode but it is in {mode} mode: "
             f"call {call} first"
         )
+    blind = []
     for name, module in model.named_modules():
         if isinstance(module, FakeQuantize):
             module.configure(state, fake_quant, observe, needs_training, name)
+            if not module.activation_post_process.has_data():
+                blind.append(name)
+    if state is FakeQuantState.VALIDATION and blind:
+        shown = ", ".join(blind[:3]) + (
+            f" and {len(blind) - 3} more" if len(blind) > 3 else ""
+        )
+        warnings.warn(
+            f"set_fake_quantize(VALIDATION): {len(blind)} fake quant(s) have observed "
+            f"nothing ({shown}): their scale is the initial 1.0; calibrate "
+            "(FakeQuantState.CALIBRATION and a few batches) first",
+            stacklevel=2,
+        )

@@ -134,3 +134,34 @@ def test_state_must_be_a_fake_quant_state(model_and_qat):
     _, qat = model_and_qat
     with pytest.raises(TypeError, match="FakeQuantState"):
         set_fake_quantize(qat, "qat")
+
+
+def test_validation_before_any_calibration_warns_and_names_the_fake_quants(
+    model_and_qat,
+):
+    _, qat = model_and_qat
+    qat.eval()
+    with pytest.warns(UserWarning, match=r"have observed nothing \(.*fc"):
+        set_fake_quantize(qat, FakeQuantState.VALIDATION)
+
+
+def test_a_calibrated_scale_of_exactly_1_is_not_an_uncalibrated_one(tmp_path):
+    """A power-of-two scale of 1.0 is a calibration result: no warning."""
+    import warnings
+
+    from hbir.quantization import export, get_qconfig
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    qconfig = get_qconfig()
+    qconfig = qconfig.replace(activation=qconfig.activation.replace(pot=True))
+    qat = prepare(model, torch.randn(2, 8), qconfig, out_dir=tmp_path)
+    qat.eval()
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        qat(torch.linspace(-100, 100, 16 * 8).reshape(16, 8))
+    assert qat.quant.activation_post_process.scale.item() == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        set_fake_quantize(qat, FakeQuantState.VALIDATION)
+        export(qat, (torch.randn(2, 8),))
