@@ -70,6 +70,27 @@ def _fake_quant_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
+def _observers() -> dict[str, nn.Module]:
+    """Every kind of observer, fed the shards directly."""
+    return {
+        "per_channel": observers.PerChannelMinMaxObserver(1, averaging_constant=None),
+        "moving_average": observers.MovingAverageMinMaxObserver(averaging_constant=0.5),
+        "histogram": observers.HistogramObserver(bins=64, percentile=0.99),
+        "fixed": observers.FixedScaleObserver(0.125),
+    }
+
+
+def _observe(batches) -> dict[str, torch.Tensor]:
+    state = {}
+    for name, obs in _observers().items():
+        for x in batches:
+            obs(x)
+        state[f"{name}.scale"] = obs.calculate_qparams()[0]
+        for key, value in obs.state_dict().items():
+            state[f"{name}.{key}"] = value.clone()
+    return state
+
+
 def _calibrate(qat, batches) -> None:
     qat.eval()
     set_fake_quantize(qat, FakeQuantState.CALIBRATION)
@@ -101,6 +122,8 @@ def _worker(rank: int, init: str, out: str, mode: str) -> None:
             return
         _calibrate(qat, [_shard(rank, s) for s in range(BATCHES)])
         torch.save(_fake_quant_state(qat), os.path.join(out, f"calib{rank}.pt"))
+        observed = _observe([_shard(rank, s) for s in range(BATCHES)])
+        torch.save(observed, os.path.join(out, f"observers{rank}.pt"))
         ddp = nn.parallel.DistributedDataParallel(qat)
         _train(ddp, qat, [_shard(rank, 10 + s) for s in range(3)])
         torch.save(_fake_quant_state(qat), os.path.join(out, f"qat{rank}.pt"))
@@ -157,6 +180,18 @@ def test_every_rank_calibrates_the_scales_of_all_shards(run, tmp_path):
     alone = prepare(_model(), (EXAMPLE,), out_dir=tmp_path / "alone")
     _calibrate(alone, [_shard(0, s) for s in range(BATCHES)])
     assert not torch.equal(_fake_quant_state(alone)[input_scale], want[input_scale])
+
+
+def test_every_kind_of_observer_reduces_to_the_one_process_state(run):
+    """Per channel, moving average (towards each step's whole batch), histogram
+    (one range, summed counts), fixed scale: exact."""
+    steps = [torch.cat([_shard(r, s) for r in range(WORLD)]) for s in range(BATCHES)]
+    want = _observe(steps)
+    for rank in range(WORLD):
+        got = torch.load(run / f"observers{rank}.pt")
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            assert torch.equal(got[key], value), (rank, key)
 
 
 def test_qat_under_ddp_keeps_the_fake_quant_state_identical(run):
