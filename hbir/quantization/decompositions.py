@@ -82,19 +82,6 @@ class SoftmaxDecomposition(Decomposition):
         return f"dim={self.dim}"
 
 
-class OneDimensional(Decomposition):
-    """A 1-d conv or pool (``[N, C, L]``) as its 2-d form on ``[N, C, 1, L]``: the
-    same windows, the NPU's 2-d instruction."""
-
-    def __init__(self, op: str, inner: nn.Module) -> None:
-        super().__init__()
-        self.op = op
-        self.inner = inner
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x.unsqueeze(2)).squeeze(2)
-
-
 class WhereDecomposition(Decomposition):
     """``where(cond, a, b)`` for a constant ``cond`` (a mask made from sizes):
     ``a * keep + b * (1 - keep)`` with ``keep`` the mask as 0 / 1, each product

@@ -17,12 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import fx, nn
 
-from hbir.quantization import functionalize
+from hbir.quantization import functionalize, layers_1d
 from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.decompositions import (
@@ -38,7 +37,6 @@ from hbir.quantization.decompositions import (
     MultiheadAttentionDecomposition,
     NormalizeDecomposition,
     NormDecomposition,
-    OneDimensional,
     PReLUDecomposition,
     SoftmaxDecomposition,
     VarianceDecomposition,
@@ -46,32 +44,22 @@ from hbir.quantization.decompositions import (
     attention_mask,
     einsum_plan,
 )
-from hbir.quantization.recurrent import RECURRENT, UnsupportedRecurrence
+from hbir.quantization.recurrent import module_recurrent
+from hbir.quantization.rule_support import (
+    Unsupported,
+    is_tensor_arg,
+    parameter,
+    rank,
+    require,
+)
 from hbir.quantization.spellings import resolve
 from hbir.runtime import numerics, op_table
-
-
-class Unsupported(Exception):
-    """This call of a known op has arguments prepare cannot quantize."""
 
 
 @dataclass(frozen=True)
 class OpRule:
     op: str
     build: Callable[..., tuple[nn.Module, tuple]]
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise Unsupported(message)
-
-
-def _is_tensor_arg(x: Any) -> bool:
-    """A graph value that is a tensor (sizes computed in the graph are not)."""
-    if not isinstance(x, fx.Node):
-        return False
-    value = x.meta.get("hbir_value")
-    return value is None or value.is_tensor
 
 
 # ----------------------------------------------------------------- module builders
@@ -111,7 +99,7 @@ def _module_hardtanh(q, mod, x, *, fused_relu=None):
 
 
 def _module_softmax(q, mod, x, *, fused_relu=None):
-    _require(mod.dim is not None, "nn.Softmax without dim")
+    require(mod.dim is not None, "nn.Softmax without dim")
     return SoftmaxDecomposition(mod.dim, q.step), (x,)
 
 
@@ -122,20 +110,15 @@ def _module_layer_norm(q, mod, x, *, fused_relu=None):
     return module, (x,)
 
 
-def _rank(node) -> int:
-    """The rank of a graph value, as it was on the example inputs."""
-    return len(node.meta["hbir_value"].shape)
-
-
 def _module_batch_norm(q, mod, x, *, fused_relu=None):
-    _require(mod.running_var is not None, "batch norm without running statistics")
-    return qat.QuantAffine.from_batch_norm(mod, q(), _rank(x)), (x,)
+    require(mod.running_var is not None, "batch norm without running statistics")
+    return qat.QuantAffine.from_batch_norm(mod, q(), rank(x)), (x,)
 
 
 def _group_norm_of(q, input, num_groups, weight, bias, eps):
     shape = input.meta["hbir_value"].shape
-    _require(shape[1] % num_groups == 0, f"{shape[1]} channels in {num_groups} groups")
-    _require(bias is None or weight is not None, "bias without weight")
+    require(shape[1] % num_groups == 0, f"{shape[1]} channels in {num_groups} groups")
+    require(bias is None or weight is not None, "bias without weight")
     group_size = math.prod(shape[1:]) // num_groups
     module = GroupNormDecomposition(
         num_groups, group_size, eps, weight, bias, len(shape), q.step
@@ -157,10 +140,10 @@ def _module_multihead_attention(
     *,
     fused_relu=None,
 ):
-    _require(key_padding_mask is None, "a key padding mask (made from inputs)")
-    _require(_rank(query) == 3, "unbatched (2-D) inputs")
-    _require(mod.bias_k is None and mod.bias_v is None, "add_bias_kv=True")
-    _require(not mod.add_zero_attn, "add_zero_attn=True")
+    require(key_padding_mask is None, "a key padding mask (made from inputs)")
+    require(rank(query) == 3, "unbatched (2-D) inputs")
+    require(mod.bias_k is None and mod.bias_v is None, "add_bias_kv=True")
+    require(not mod.add_zero_attn, "add_zero_attn=True")
     mask = _constant_mask(q, attn_mask)
     if mask is not None and mask.dim() == 3:  # [N * heads, L, S]
         mask = mask.reshape(-1, mod.num_heads, *mask.shape[1:])
@@ -180,7 +163,7 @@ def _constant_mask(q, mask):
     if mask is None:
         return None
     value = _from_sizes(q, mask)
-    _require(
+    require(
         value is not None,
         "an attention mask computed from inputs (a padding mask): only constant "
         "masks (causal, made from sizes) have a quantized form",
@@ -207,8 +190,8 @@ def _group_norm(q, input, num_groups, weight=None, bias=None, eps=1e-5):
 
 
 def _normalize(q, input, p=2.0, dim=1, eps=1e-12, out=None):
-    _require(p == 2, f"p={p} (2 only)")
-    _require(out is None, "out=")
+    require(p == 2, f"p={p} (2 only)")
+    require(out is None, "out=")
     return NormalizeDecomposition(dim, q.step), (input,)
 
 
@@ -222,10 +205,10 @@ def _resize(
     recompute_scale_factor=None,
     antialias=False,
 ):
-    _require(mode == "bilinear", f"mode={mode!r} (nearest and bilinear)")
-    _require(not antialias, "antialias=True")
-    _require(_rank(input) == 4, "inputs that are not N x C x H x W")
-    _require(not recompute_scale_factor, "recompute_scale_factor=True")
+    require(mode == "bilinear", f"mode={mode!r} (nearest and bilinear)")
+    require(not antialias, "antialias=True")
+    require(rank(input) == 4, "inputs that are not N x C x H x W")
+    require(not recompute_scale_factor, "recompute_scale_factor=True")
     if _has_node(size):  # computed in the graph: an argument of each call
         return qat.Resize(q(), None, None, mode, align_corners), (input, size)
     module = qat.Resize(q(), size, scale_factor, mode, align_corners)
@@ -238,22 +221,15 @@ def _has_node(value) -> bool:
     return isinstance(value, fx.Node)
 
 
-def _parameter(t):
-    """A traced weight as a parameter of the QAT module (shared if it is one)."""
-    if t is None or isinstance(t, nn.Parameter):
-        return t
-    return nn.Parameter(t.detach().clone(), requires_grad=False)
-
-
 def _f_linear(q, input, weight, bias=None):
     w, b = q.constant(weight), q.constant(bias)
     mod = nn.Linear(w.shape[1], w.shape[0], bias=b is not None)
-    mod.weight, mod.bias = _parameter(w), _parameter(b)
+    mod.weight, mod.bias = parameter(w), parameter(b)
     return qat.Linear.from_float(mod, q()), (input,)
 
 
 def _f_conv2d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    _require(not isinstance(padding, str), f"padding={padding!r}")
+    require(not isinstance(padding, str), f"padding={padding!r}")
     w, b = q.constant(weight), q.constant(bias)
     mod = nn.Conv2d(
         w.shape[1] * groups,
@@ -265,7 +241,7 @@ def _f_conv2d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, grou
         groups,
         bias=b is not None,
     )
-    mod.weight, mod.bias = _parameter(w), _parameter(b)
+    mod.weight, mod.bias = parameter(w), parameter(b)
     return qat.Conv2d.from_float(mod, q()), (input,)
 
 
@@ -280,13 +256,13 @@ def _f_batch_norm(
     momentum=0.1,
     eps=1e-5,
 ):
-    _require(not training, "batch norm in training mode (call model.eval())")
+    require(not training, "batch norm in training mode (call model.eval())")
     bn = nn.BatchNorm1d(1)  # a holder for the statistics from_batch_norm reads
     bn.running_mean, bn.running_var = q.constant(running_mean), q.constant(running_var)
-    _require(bn.running_var is not None, "batch norm without running statistics")
-    bn.weight, bn.bias = _parameter(q.constant(weight)), _parameter(q.constant(bias))
+    require(bn.running_var is not None, "batch norm without running statistics")
+    bn.weight, bn.bias = parameter(q.constant(weight)), parameter(q.constant(bias))
     bn.eps = eps
-    return qat.QuantAffine.from_batch_norm(bn, q(), _rank(input)), (input,)
+    return qat.QuantAffine.from_batch_norm(bn, q(), rank(input)), (input,)
 
 
 def _attention(
@@ -300,8 +276,8 @@ def _attention(
     scale=None,
     enable_gqa=False,
 ):
-    _require(not dropout_p, f"dropout_p={dropout_p} (dropout in the traced forward)")
-    _require(not enable_gqa, "enable_gqa=True")
+    require(not dropout_p, f"dropout_p={dropout_p} (dropout in the traced forward)")
+    require(not enable_gqa, "enable_gqa=True")
     if scale is None:
         scale = 1.0 / math.sqrt(query.meta["hbir_value"].shape[-1])
     shape = (query.meta["hbir_value"].shape[-2], key.meta["hbir_value"].shape[-2])
@@ -317,18 +293,18 @@ def _attention(
 
 def _binary(cls):
     def build(q, input, other, *, alpha=1, out=None):
-        _require(alpha == 1, f"alpha={alpha}")
-        _require(out is None, "out=")
-        _require(_is_tensor_arg(input) or _is_tensor_arg(other), "no tensor operand")
+        require(alpha == 1, f"alpha={alpha}")
+        require(out is None, "out=")
+        require(is_tensor_arg(input) or is_tensor_arg(other), "no tensor operand")
         return cls(q()), (input, other)
 
     return build
 
 
 def _div(q, input, other, *, rounding_mode=None, out=None):
-    _require(rounding_mode is None, f"rounding_mode={rounding_mode!r}")
-    if not _is_tensor_arg(other):
-        _require(
+    require(rounding_mode is None, f"rounding_mode={rounding_mode!r}")
+    if not is_tensor_arg(other):
+        require(
             not isinstance(other, fx.Node),
             "division by a number computed from sizes (make it a Python number, "
             "e.g. a module attribute)",
@@ -351,7 +327,7 @@ def _matmul(q, input, other, *, out=None):
 
 def _reduce(cls):
     def build(q, input, dim=None, keepdim=False, *, dtype=None, out=None):
-        _require(dtype is None, f"dtype={dtype}")
+        require(dtype is None, f"dtype={dtype}")
         return cls(q(), dim, keepdim), (input,)
 
     return build
@@ -359,7 +335,7 @@ def _reduce(cls):
 
 def _unary(cls):
     def build(q, input, inplace=False, *, out=None):
-        _require(out is None, "out=")
+        require(out is None, "out=")
         return cls(q()), (input,)
 
     return build
@@ -378,7 +354,7 @@ def _gelu(q, input, approximate="none"):
 
 def _clamp(q, input, min=None, max=None, *, out=None):
     numbers = all(v is None or isinstance(v, int | float) for v in (min, max))
-    _require(numbers, "tensor bounds")
+    require(numbers, "tensor bounds")
     return qat.Clamp(q(), min, max), (input,)
 
 
@@ -395,16 +371,16 @@ def _hardtanh(q, input, min_val=-1.0, max_val=1.0, inplace=False):
 
 
 def _pow(q, input, exponent):
-    _require(_is_tensor_arg(input) and not _is_tensor_arg(exponent), "tensor exponent")
+    require(is_tensor_arg(input) and not is_tensor_arg(exponent), "tensor exponent")
     if exponent == 2:
         return qat.QuantMul(q()), (input, input)
     powers = {0.5: lut.Sqrt, -0.5: lut.Rsqrt, -1: lut.Reciprocal}
-    _require(exponent in powers, f"exponent {exponent} (supported: 2, 0.5, -0.5, -1)")
+    require(exponent in powers, f"exponent {exponent} (supported: 2, 0.5, -0.5, -1)")
     return powers[exponent](q()), (input,)
 
 
 def _neg(q, input, *, out=None):
-    _require(out is None, "out=")
+    require(out is None, "out=")
     return qat.QuantMul(q()), (input, -1.0)
 
 
@@ -413,29 +389,29 @@ def _square(q, input):
 
 
 def _softmax(q, input, dim=None, _stacklevel=3, dtype=None):
-    _require(dim is not None, "softmax without dim")
-    _require(dtype in (None, torch.float32), f"dtype={dtype}")
+    require(dim is not None, "softmax without dim")
+    require(dtype in (None, torch.float32), f"dtype={dtype}")
     return SoftmaxDecomposition(dim, q.step), (input,)
 
 
 def _log_softmax(q, input, dim=None, _stacklevel=3, dtype=None):
-    _require(dim is not None, "log_softmax without dim")
-    _require(dtype in (None, torch.float32), f"dtype={dtype}")
+    require(dim is not None, "log_softmax without dim")
+    require(dtype in (None, torch.float32), f"dtype={dtype}")
     return LogSoftmaxDecomposition(dim, q.step), (input,)
 
 
 def _module_log_softmax(q, mod, x, *, fused_relu=None):
-    _require(mod.dim is not None, "nn.LogSoftmax without dim")
+    require(mod.dim is not None, "nn.LogSoftmax without dim")
     return LogSoftmaxDecomposition(mod.dim, q.step), (x,)
 
 
 def _dims(input, dim) -> tuple[int, ...]:
     """``dim`` (None: all, an int, a sequence) as non-negative dims of ``input``."""
-    rank = _rank(input)
+    n = rank(input)
     if dim is None or dim == ():
-        return tuple(range(rank))
+        return tuple(range(n))
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(d % rank for d in dims)
+    return tuple(d % n for d in dims)
 
 
 def _variance(sqrt: bool):
@@ -452,7 +428,7 @@ def _variance(sqrt: bool):
             correction = 0 if unbiased is False else 1
         dims = _dims(input, dim)
         count = math.prod(input.meta["hbir_value"].shape[d] for d in dims)
-        _require(count > correction, f"{count} values with correction={correction}")
+        require(count > correction, f"{count} values with correction={correction}")
         module = VarianceDecomposition(
             dims, count, float(correction), bool(keepdim), sqrt, q.step
         )
@@ -463,8 +439,8 @@ def _variance(sqrt: bool):
 
 def _norm(q, input, p=2, dim=None, keepdim=False, *, out=None, dtype=None, ord=None):
     p = p if ord is None else ord
-    _require(p in (2, "fro"), f"p={p!r} (the 2-norm only)")
-    _require(out is None and dtype is None, "out= / dtype=")
+    require(p in (2, "fro"), f"p={p!r} (the 2-norm only)")
+    require(out is None and dtype is None, "out= / dtype=")
     return NormDecomposition(_dims(input, dim), bool(keepdim), q.step), (input,)
 
 
@@ -479,7 +455,7 @@ def _instance_norm(
     momentum=0.1,
     eps=1e-5,
 ):
-    _require(use_input_stats, "use_input_stats=False (normalize with running stats)")
+    require(use_input_stats, "use_input_stats=False (normalize with running stats)")
     weight, bias = q.constant(weight), q.constant(bias)
     channels = input.meta["hbir_value"].shape[1]
     return _group_norm_of(q, input, channels, weight, bias, eps)
@@ -487,181 +463,33 @@ def _instance_norm(
 
 def _module_instance_norm(q, mod, x, *, fused_relu=None):
     if mod.track_running_stats and mod.running_var is not None:
-        return qat.QuantAffine.from_batch_norm(mod, q(), _rank(x)), (x,)
+        return qat.QuantAffine.from_batch_norm(mod, q(), rank(x)), (x,)
     channels = x.meta["hbir_value"].shape[1]
     return _group_norm_of(q, x, channels, mod.weight, mod.bias, mod.eps)
 
 
-def _one(v) -> int:
-    return v[0] if isinstance(v, list | tuple) else v
-
-
-def _conv_as_2d(cls2d, mod, **extra) -> nn.Module:
-    """The float 2-d form of a 1-d conv: kernel ``(1, k)``, its weight (a new
-    parameter of shape ``[O, I, 1, k]``) and bias."""
-    _require(not isinstance(mod.padding, str), f"padding={mod.padding!r}")
-    conv = cls2d(
-        mod.in_channels,
-        mod.out_channels,
-        (1, _one(mod.kernel_size)),
-        stride=(1, _one(mod.stride)),
-        padding=(0, _one(mod.padding)),
-        dilation=(1, _one(mod.dilation)),
-        groups=mod.groups,
-        bias=mod.bias is not None,
-        **extra,
-    )
-    conv.weight = nn.Parameter(mod.weight.detach().unsqueeze(2).clone())
-    if mod.bias is not None:
-        conv.bias = mod.bias
-    return conv
-
-
-def _module_conv1d(q, mod, x, *, fused_relu=None):
-    _require(mod.padding_mode == "zeros", f"padding_mode={mod.padding_mode!r}")
-    conv = _conv_as_2d(nn.Conv2d, mod)
-    inner = qat.Conv2d.from_float(conv, q.step("conv", qat.Conv2d, True))
-    return OneDimensional("conv1d", inner), (x,)
-
-
-def _module_conv_transpose1d(q, mod, x, output_size=None, *, fused_relu=None):
-    _require(output_size is None, "output_size=")
-    conv = _conv_as_2d(
-        nn.ConvTranspose2d, mod, output_padding=(0, _one(mod.output_padding))
-    )
-    inner = qat.ConvTranspose2d.from_float(
-        conv, q.step("conv", qat.ConvTranspose2d, True)
-    )
-    return OneDimensional("conv_transpose1d", inner), (x,)
-
-
-def _f_conv1d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    w, b = q.constant(weight), q.constant(bias)
-    mod = nn.Conv1d(
-        w.shape[1] * groups,
-        w.shape[0],
-        w.shape[2],
-        stride,
-        padding,
-        dilation,
-        groups,
-        bias=b is not None,
-    )
-    mod.weight, mod.bias = _parameter(w), _parameter(b)
-    return _module_conv1d(q, mod, input)
-
-
-def _max_pool1d(
-    q,
-    input,
-    kernel_size,
-    stride=None,
-    padding=0,
-    dilation=1,
-    ceil_mode=False,
-    return_indices=False,
-):
-    _require(not return_indices, "return_indices=True")
-    stride = kernel_size if stride is None or stride == [] else stride
-    pool = qat.MaxPool2d(
-        (1, _one(kernel_size)),
-        (1, _one(stride)),
-        (0, _one(padding)),
-        (1, _one(dilation)),
-        False,
-        ceil_mode,
-        qconfig=q.step("pool", qat.MaxPool2d, True),
-    )
-    return OneDimensional("max_pool1d", pool), (input,)
-
-
-def _module_max_pool1d(q, mod, x, *, fused_relu=None):
-    return _max_pool1d(
-        q,
-        x,
-        mod.kernel_size,
-        mod.stride,
-        mod.padding,
-        mod.dilation,
-        mod.ceil_mode,
-        mod.return_indices,
-    )
-
-
-def _avg_pool1d(
-    q,
-    input,
-    kernel_size,
-    stride=None,
-    padding=0,
-    ceil_mode=False,
-    count_include_pad=True,
-):
-    stride = kernel_size if stride is None or stride == [] else stride
-    pool = qat.AvgPool2d(
-        (1, _one(kernel_size)),
-        (1, _one(stride)),
-        (0, _one(padding)),
-        ceil_mode,
-        count_include_pad,
-        qconfig=q.step("pool", qat.AvgPool2d, True),
-    )
-    return OneDimensional("avg_pool1d", pool), (input,)
-
-
-def _module_avg_pool1d(q, mod, x, *, fused_relu=None):
-    return _avg_pool1d(
-        q,
-        x,
-        mod.kernel_size,
-        mod.stride,
-        mod.padding,
-        mod.ceil_mode,
-        mod.count_include_pad,
-    )
-
-
-def _adaptive_avg_pool1d(q, input, output_size):
-    length = input.meta["hbir_value"].shape[-1]
-    out = _one(output_size)
-    _require(
-        length % out == 0,
-        f"adaptive pooling from {length} to {out} (windows of different sizes: an "
-        "output size that divides the input size)",
-    )
-    window = length // out
-    pool = qat.AvgPool2d(
-        (1, window), (1, window), qconfig=q.step("pool", qat.AvgPool2d, True)
-    )
-    return OneDimensional("adaptive_avg_pool1d", pool), (input,)
-
-
-def _module_adaptive_avg_pool1d(q, mod, x, *, fused_relu=None):
-    return _adaptive_avg_pool1d(q, x, mod.output_size)
-
-
 def _where_of(q, cond, a, b):
     mask = _from_sizes(q, cond)
-    _require(
+    require(
         mask is not None,
         "a condition computed from inputs (a comparison): masks have no quantized "
         "form yet; a constant mask (made from sizes) is supported",
     )
-    _require(mask.dtype == torch.bool, f"a condition of dtype {mask.dtype}")
-    a_tensor, b_tensor = _is_tensor_arg(a), _is_tensor_arg(b)
+    require(mask.dtype == torch.bool, f"a condition of dtype {mask.dtype}")
+    a_tensor, b_tensor = is_tensor_arg(a), is_tensor_arg(b)
     for v, is_tensor in ((a, a_tensor), (b, b_tensor)):
-        _require(
+        require(
             is_tensor or v == 0,
             f"a fill value of {v} (0 or a tensor: other values, such as an "
             "attention mask's -inf, have no quantized form yet)",
         )
-    _require(a_tensor or b_tensor, "no tensor operand")
+    require(a_tensor or b_tensor, "no tensor operand")
     module = WhereDecomposition(mask, a_tensor, b_tensor, q.step)
     return module, (a if a_tensor else 0.0, b if b_tensor else 0.0)
 
 
 def _where(q, condition, input, other=None, *, out=None):
-    _require(other is not None and out is None, "where(condition) (the indices)")
+    require(other is not None and out is None, "where(condition) (the indices)")
     return _where_of(q, condition, input, other)
 
 
@@ -674,7 +502,7 @@ def _masked_fill(q, input, mask, value):
 
 
 def _cumsum(q, input, dim, *, dtype=None, out=None):
-    _require(dtype in (None, torch.float32) and out is None, "dtype= / out=")
+    require(dtype in (None, torch.float32) and out is None, "dtype= / out=")
     shape = input.meta["hbir_value"].shape
     module = CumsumDecomposition(dim, shape[dim], len(shape), q.step)
     return module, (input,)
@@ -682,9 +510,9 @@ def _cumsum(q, input, dim, *, dtype=None, out=None):
 
 def _prelu_of(q, input, weight):
     shape = input.meta["hbir_value"].shape
-    _require(len(shape) >= 2, "prelu of a tensor without a channel dim")
+    require(len(shape) >= 2, "prelu of a tensor without a channel dim")
     channels = shape[1]
-    _require(
+    require(
         weight.numel() in (1, channels), f"{weight.numel()} slopes, {channels} channels"
     )
     if weight.numel() != channels:
@@ -697,41 +525,16 @@ def _module_prelu(q, mod, x, *, fused_relu=None):
 
 
 def _prelu(q, input, weight):
-    return _prelu_of(q, input, _parameter(q.constant(weight)))
-
-
-def _zero_state(q, hx) -> bool:
-    """``hx`` is made of constant zeros (``torch.zeros`` folded by tracing): the
-    same as no initial state."""
-    states = hx if isinstance(hx, list | tuple) else (hx,)
-    for node in states:
-        if not (isinstance(node, fx.Node) and node.op == "get_attr"):
-            return False
-        if bool(q.constant(node).any()):
-            return False
-    return True
-
-
-def _module_recurrent(q, mod, x, hx=None, *, fused_relu=None):
-    shape = x.meta["hbir_value"].shape
-    _require(len(shape) == 3, "an unbatched sequence (a 2-d input)")
-    steps = shape[1 if mod.batch_first else 0]
-    if hx is not None and _zero_state(q, hx):
-        hx = None
-    try:
-        module = RECURRENT[type(mod)](mod, steps, hx is not None, q.step)
-    except UnsupportedRecurrence as e:
-        raise Unsupported(str(e)) from None
-    return module, (x,) if hx is None else (x, hx)
+    return _prelu_of(q, input, parameter(q.constant(weight)))
 
 
 def _addcmul(q, input, tensor1, tensor2, *, value=1, out=None):
-    _require(out is None, "out=")
+    require(out is None, "out=")
     return AddProductDecomposition(False, value, 1, q.step), (input, tensor1, tensor2)
 
 
 def _addmm(q, input, mat1, mat2, *, beta=1, alpha=1, out=None):
-    _require(out is None, "out=")
+    require(out is None, "out=")
     module = AddProductDecomposition(True, alpha, beta, q.step)
     return module, (input, mat1, mat2)
 
@@ -739,7 +542,7 @@ def _addmm(q, input, mat1, mat2, *, beta=1, alpha=1, out=None):
 def _einsum(q, equation, *operands):
     if len(operands) == 1 and isinstance(operands[0], list | tuple):
         operands = tuple(operands[0])
-    _require(all(_is_tensor_arg(x) for x in operands), "operands that are not tensors")
+    require(all(is_tensor_arg(x) for x in operands), "operands that are not tensors")
     shapes = [tuple(x.meta["hbir_value"].shape) for x in operands]
     try:
         plan = einsum_plan(equation, shapes)
@@ -753,7 +556,7 @@ def _layer_norm(q, input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     weight, bias = q.constant(weight), q.constant(bias)
-    _require(bias is None or weight is not None, "bias without weight")
+    require(bias is None or weight is not None, "bias without weight")
     module = LayerNormDecomposition(normalized_shape, eps, weight, bias, q.step)
     return module, (input,)
 
@@ -768,7 +571,7 @@ def _max_pool2d(
     ceil_mode=False,
     return_indices=False,
 ):
-    _require(not return_indices, "return_indices=True")
+    require(not return_indices, "return_indices=True")
     module = qat.MaxPool2d(
         kernel_size, stride, padding, dilation, False, ceil_mode, qconfig=q()
     )
@@ -798,9 +601,9 @@ def _avg_pool2d(
 
 
 def _constant_pad(q, input, pad, mode="constant", value=None):
-    _require(min(pad, default=0) >= 0, "negative padding (a crop: slice instead)")
-    _require(isinstance(value, int | float), "a pad value that is not a number")
-    _require(
+    require(min(pad, default=0) >= 0, "negative padding (a crop: slice instead)")
+    require(isinstance(value, int | float), "a pad value that is not a number")
+    require(
         math.isfinite(value),
         f"pad value {value} (no grid holds it: pad with a finite value, or use the "
         "pool's own padding)",
@@ -816,7 +619,7 @@ def _adaptive_window(input, output_size) -> tuple[int, int]:
         output_size if isinstance(output_size, list | tuple) else (output_size,) * 2
     )
     oh, ow = oh or h, ow or w
-    _require(
+    require(
         h % oh == 0 and w % ow == 0,
         f"adaptive pooling from {h}x{w} to {oh}x{ow} (windows of different sizes: "
         "an output size that divides the input size)",
@@ -836,7 +639,7 @@ def _module_adaptive_avg_pool2d(q, mod, x, *, fused_relu=None):
 
 
 def _adaptive_max_pool2d(q, input, output_size, return_indices=False):
-    _require(not return_indices, "return_indices=True")
+    require(not return_indices, "return_indices=True")
     window = _adaptive_window(input, output_size)
     return qat.MaxPool2d(window, window, qconfig=q()), (input,)
 
@@ -877,13 +680,9 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "log_softmax": _module_log_softmax,
     "instance_norm": _module_instance_norm,
     "prelu": _module_prelu,
-    "lstm": _module_recurrent,
-    "conv1d": _module_conv1d,
-    "conv_transpose1d": _module_conv_transpose1d,
-    "max_pool1d": _module_max_pool1d,
-    "avg_pool1d": _module_avg_pool1d,
-    "adaptive_avg_pool1d": _module_adaptive_avg_pool1d,
-    "gru": _module_recurrent,
+    "lstm": module_recurrent,
+    "gru": module_recurrent,
+    **layers_1d.MODULE_BUILDERS,
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,
     "group_norm": _module_group_norm,
@@ -915,13 +714,10 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "prelu": _prelu,
     "cumsum": _cumsum,
     "where": _where,
-    "conv1d": _f_conv1d,
-    "max_pool1d": _max_pool1d,
-    "avg_pool1d": _avg_pool1d,
-    "adaptive_avg_pool1d": _adaptive_avg_pool1d,
     "addcmul": _addcmul,
     "addmm": _addmm,
     "einsum": _einsum,
+    **layers_1d.FUNCTION_BUILDERS,
     "layer_norm": _layer_norm,
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
@@ -971,7 +767,7 @@ def _module_parametric_lut(cls):
 
     def build(q, mod, x, *, fused_relu=None):
         threshold = getattr(mod, "threshold", _SOFTPLUS_THRESHOLD)
-        _require(threshold == _SOFTPLUS_THRESHOLD, f"threshold={threshold}")
+        require(threshold == _SOFTPLUS_THRESHOLD, f"threshold={threshold}")
         return _table_with(cls, q, getattr(mod, name)), (x,)
 
     return build
@@ -990,9 +786,9 @@ def _parametric_lut(cls):
                 "threshold", _SOFTPLUS_THRESHOLD if third is None else third
             )
         kwargs.pop("inplace", None)
-        _require(not kwargs, ", ".join(f"{k}=" for k in kwargs))
-        _require(threshold == _SOFTPLUS_THRESHOLD, f"threshold={threshold}")
-        _require(
+        require(not kwargs, ", ".join(f"{k}=" for k in kwargs))
+        require(threshold == _SOFTPLUS_THRESHOLD, f"threshold={threshold}")
+        require(
             isinstance(value, int | float) and not isinstance(value, bool),
             f"{name} that is not a Python number",
         )

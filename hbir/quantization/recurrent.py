@@ -23,7 +23,7 @@ Returns what torch returns: ``(output, (h_n, c_n))`` / ``(output, h_n)``.
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from hbir.quantization.decompositions import Decomposition, StepQconfig
 from hbir.quantization.lut_modules import Sigmoid, Tanh
@@ -36,15 +36,7 @@ from hbir.quantization.qat_modules import (
     QuantStack,
     QuantSub,
 )
-
-
-class UnsupportedRecurrence(ValueError):
-    """An ``nn.LSTM`` / ``nn.GRU`` configuration the unrolled form does not have."""
-
-
-def _check(rnn: nn.RNNBase) -> None:
-    if getattr(rnn, "proj_size", 0):
-        raise UnsupportedRecurrence(f"proj_size={rnn.proj_size}")
+from hbir.quantization.rule_support import require
 
 
 def _linear(weight, bias) -> nn.Linear:
@@ -74,7 +66,6 @@ class RecurrentDecomposition(Decomposition):
         self, rnn: nn.RNNBase, steps: int, given_state: bool, qconfig_for: StepQconfig
     ):
         super().__init__()
-        _check(rnn)
         self.num_layers, self.hidden = rnn.num_layers, rnn.hidden_size
         self.directions = 2 if rnn.bidirectional else 1
         self.batch_first, self.length = rnn.batch_first, steps
@@ -289,3 +280,29 @@ class GRUDecomposition(RecurrentDecomposition):
 
 
 RECURRENT = {nn.LSTM: LSTMDecomposition, nn.GRU: GRUDecomposition}
+
+
+# ----------------------------------------------------------------- prepare's rule
+
+
+def _zero_state(q, hx) -> bool:
+    """``hx`` is made of constant zeros (``torch.zeros`` folded by tracing): the
+    same as no initial state."""
+    states = hx if isinstance(hx, list | tuple) else (hx,)
+    for node in states:
+        if not (isinstance(node, fx.Node) and node.op == "get_attr"):
+            return False
+        if bool(q.constant(node).any()):
+            return False
+    return True
+
+
+def module_recurrent(q, mod, x, hx=None, *, fused_relu=None):
+    shape = x.meta["hbir_value"].shape
+    require(len(shape) == 3, "an unbatched sequence (a 2-d input)")
+    steps = shape[1 if mod.batch_first else 0]
+    if hx is not None and _zero_state(q, hx):
+        hx = None
+    require(not getattr(mod, "proj_size", 0), f"proj_size={mod.proj_size}")
+    module = RECURRENT[type(mod)](mod, steps, hx is not None, q.step)
+    return module, (x,) if hx is None else (x, hx)

@@ -616,7 +616,7 @@ def test_ops_with_index_results_are_refused_at_prepare_not_at_export(tmp_path):
 
 class KeywordArguments(nn.Module):
     """Module calls with keyword arguments: one the rule takes (``hx=``), one
-    that it cannot quantize (``attn_mask=``)."""
+    that it cannot quantize (a padding mask computed from the input)."""
 
     def __init__(self, masked: bool):
         super().__init__()
@@ -631,8 +631,8 @@ class KeywordArguments(nn.Module):
         h0 = self.h0.expand(1, x.shape[0], 4).contiguous()
         y = self.gru(x, hx=h0)[0]
         if self.masked:
-            mask = torch.triu(torch.full((3, 3), float("-inf")), diagonal=1)
-            return self.mha(y, y, y, attn_mask=mask, need_weights=False)[0]
+            padding = y[..., 0] > 0
+            return self.mha(y, y, y, key_padding_mask=padding, need_weights=False)[0]
         return self.mha(y, y, y, need_weights=False)[0]
 
 
@@ -643,5 +643,5 @@ def test_keyword_arguments_of_module_calls_are_used_or_refused_never_dropped(tmp
     set_fake_quantize(qat_model, FakeQuantState._FLOAT)
     with torch.no_grad():
         torch.testing.assert_close(qat_model(x), model(x), atol=1e-5, rtol=1e-5)
-    with pytest.raises(UnsupportedOpError, match="attention masks"):
+    with pytest.raises(UnsupportedOpError, match="a key padding mask"):
         _prepare(KeywordArguments(masked=True).eval(), x, tmp_path / "masked")
