@@ -230,6 +230,10 @@ def _f_linear(q, input, weight, bias=None):
 
 def _f_conv2d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     require(not isinstance(padding, str), f"padding={padding!r}")
+    if q.from_parameters(weight):  # computed from parameters: each forward
+        return _computed_weight_conv2d(
+            q, input, weight, bias, stride, padding, dilation, groups
+        )
     w, b = q.constant(weight), q.constant(bias)
     mod = nn.Conv2d(
         w.shape[1] * groups,
@@ -243,6 +247,27 @@ def _f_conv2d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, grou
     )
     mod.weight, mod.bias = parameter(w), parameter(b)
     return qat.Conv2d.from_float(mod, q()), (input,)
+
+
+def _computed_weight_conv2d(q, input, weight, bias, stride, padding, dilation, groups):
+    o, i, kh, kw = weight.meta["hbir_value"].shape
+    b = q.constant(bias)
+    shell = nn.Conv2d(
+        i * groups, o, (kh, kw), stride, padding, dilation, groups, bias=b is not None
+    )
+    conv = qat.ComputedWeightConv2d(
+        shell.in_channels,
+        shell.out_channels,
+        shell.kernel_size,
+        stride=shell.stride,
+        padding=shell.padding,
+        dilation=shell.dilation,
+        groups=groups,
+        bias=b is not None,
+        qconfig=q(),
+    )
+    conv.bias = parameter(b)
+    return conv, (input, weight)
 
 
 def _f_batch_norm(

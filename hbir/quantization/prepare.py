@@ -171,6 +171,23 @@ class _QconfigFor:
             raise op_rules.Unsupported("weights that are not module attributes")
         return operator.attrgetter(node.target)(self.builder.gm)
 
+    def from_parameters(self, node) -> bool:
+        """``node`` is a float tensor the graph computes from the model's
+        parameters and sizes only (a standardised weight), no input among its
+        ancestors."""
+        if not isinstance(node, fx.Node) or self.builder.state.get(node) != FLOAT:
+            return False
+        seen, todo = set(), [node]
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op in ("placeholder", "call_module"):
+                return False
+            todo.extend(n.all_input_nodes)
+        return True
+
 
 class _GraphBuilder:
     """Rebuilds the traced graph with QAT modules (see the module docstring)."""
@@ -423,7 +440,9 @@ class _GraphBuilder:
 
     def _call_module(self, name, module, args, origin: fx.Node) -> fx.Node:
         """Call the installed ``module``, quantizing float inputs first."""
-        if not isinstance(module, qat.QuantStub | qat.DeQuantStub):
+        if isinstance(module, qat.ComputedWeightConv2d):  # (x, float weight)
+            args = (self._quantized(args[0]), *args[1:])
+        elif not isinstance(module, qat.QuantStub | qat.DeQuantStub):
             args = fx.node.map_aggregate(args, self._quantized)
         new = self.graph.call_module(name, tuple(args))
         new.meta = dict(origin.meta)

@@ -431,6 +431,31 @@ class Conv2d(_WeightLayer, nn.Conv2d):
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
 
+class ComputedWeightConv2d(Conv2d):
+    """A conv whose weight the graph computes each forward from the model's
+    parameters (weight standardisation: timm's ``StdConv2d`` /
+    ``ScaledStdConv2d``, ``F.conv2d(x, standardise(w))``): ``forward(x,
+    weight)``, the weight fake-quantized per channel as any conv's and trained
+    through the computation. Export reads the weight of the last forward (the
+    one export's own forward computes from the parameters)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        del self.weight  # not a parameter: the graph's value, set per forward
+        self.weight = None
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        self.weight = weight
+        try:
+            return super().forward(x)
+        finally:  # kept for export, off the autograd graph (copyable)
+            self.weight = weight.detach()
+
+    def _weight_codes(self) -> np.ndarray:
+        with torch.no_grad():  # a new tensor every forward: nothing to cache
+            return self.weight_fake_quant.codes(self.weight.detach()).cpu().numpy()
+
+
 class ConvTranspose2d(_WeightLayer, nn.ConvTranspose2d):
     """ConvTranspose2d; weights ``[in, out/groups, kh, kw]`` quantized along axis 1."""
 

@@ -64,6 +64,17 @@ class _Upsampled(_Head):
         self.up = module
 
 
+class _StdConv(nn.Conv2d):
+    """timm's StdConv2d: the weight standardised per output channel each forward."""
+
+    def forward(self, x):
+        w = self.weight
+        w = (w - w.mean((1, 2, 3), keepdim=True)) / (
+            w.std((1, 2, 3), keepdim=True) + 1e-5
+        )
+        return F.conv2d(x, w, self.bias, self.stride, self.padding)
+
+
 GRAPHS = {
     "bilinear-scale": lambda: _Head(
         lambda m, y: F.interpolate(y, scale_factor=2.0, mode="bilinear")
@@ -95,6 +106,7 @@ GRAPHS = {
     "max-values-along-a-dim": lambda: _Head(lambda m, y: y - y.max(1, True)[0]),
     "min-of-two-tensors": lambda: _Head(lambda m, y: torch.min(y, y.flip(-1) * 0.5)),
     "max-over-everything": lambda: _Head(lambda m, y: y * torch.max(y).sigmoid()),
+    "weight-standardised-conv": lambda: _Upsampled(_StdConv(4, 5, 3, padding=1)),
     "fpn-nearest": lambda: _Fpn(),
     "fpn-bilinear": lambda: _Fpn("bilinear"),
 }

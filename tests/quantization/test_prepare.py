@@ -645,3 +645,38 @@ def test_keyword_arguments_of_module_calls_are_used_or_refused_never_dropped(tmp
         torch.testing.assert_close(qat_model(x), model(x), atol=1e-5, rtol=1e-5)
     with pytest.raises(UnsupportedOpError, match="a key padding mask"):
         _prepare(KeywordArguments(masked=True).eval(), x, tmp_path / "masked")
+
+
+class StandardisedConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.weight = nn.Parameter(torch.randn(4, 3, 3, 3))
+        self.gain = nn.Parameter(torch.ones(4, 1, 1, 1))
+
+    def forward(self, x):
+        w = self.weight
+        w = (w - w.mean((1, 2, 3), keepdim=True)) / (
+            w.std((1, 2, 3), keepdim=True) + 1e-5
+        )
+        return F.conv2d(self.quant(x), w * self.gain, padding=1)
+
+
+def test_a_weight_computed_from_parameters_is_computed_and_trained_each_forward(
+    tmp_path,
+):
+    model = StandardisedConv().eval()
+    x = torch.randn(2, 3, 6, 6)
+    qat_model = _prepare(model, x, tmp_path)
+    conv = next(
+        m for m in qat_model.modules() if isinstance(m, qat.ComputedWeightConv2d)
+    )
+    set_fake_quantize(qat_model, FakeQuantState._FLOAT)
+    with torch.no_grad():
+        torch.testing.assert_close(qat_model(x), model(x), atol=1e-5, rtol=1e-5)
+    qat_model.train()
+    set_fake_quantize(qat_model, FakeQuantState.QAT)
+    qat_model(x).pow(2).mean().backward()
+    params = dict(qat_model.named_parameters())
+    assert params["weight"].grad is not None and params["gain"].grad is not None
+    assert not conv.weight.requires_grad  # kept detached between forwards
