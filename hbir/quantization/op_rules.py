@@ -626,7 +626,11 @@ def _avg_pool2d(
 
 
 def _constant_pad(q, input, pad, mode="constant", value=None):
-    require(min(pad, default=0) >= 0, "negative padding (a crop: slice instead)")
+    require(not _cropping(pad), "negative padding (a crop: slice instead)")
+    require(
+        all(isinstance(p, int) for p in pad),
+        "a nonzero pad value with amounts computed from sizes",
+    )
     require(isinstance(value, int | float), "a pad value that is not a number")
     require(
         math.isfinite(value),
@@ -676,8 +680,13 @@ def _module_adaptive_max_pool2d(q, mod, x, *, fused_relu=None):
 # ----------------------------------------------------------------- pass-through
 
 
+def _cropping(pad) -> bool:
+    """A negative pad amount (sizes computed in the graph are not checked here)."""
+    return any(isinstance(p, int) and p < 0 for p in pad)
+
+
 def _pad_keeps_grid(input, pad, mode="constant", value=None):
-    return min(pad, default=0) >= 0 and (mode != "constant" or not value)
+    return not _cropping(pad) and (mode != "constant" or not value)
 
 
 def _interpolate_keeps_grid(

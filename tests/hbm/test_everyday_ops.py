@@ -98,6 +98,12 @@ GRAPHS = {
     "repeat-interleave": lambda: _Head(lambda m, y: y.repeat_interleave(2, dim=1)),
     "pixel-shuffle": lambda: _Upsampled(nn.PixelShuffle(2)),
     "zero-pad-module": lambda: _Upsampled(nn.ZeroPad2d((1, 2, 0, 1))),
+    # Swin's: amounts computed from sizes (to a multiple of the window)
+    "pad-to-a-multiple": lambda: _Head(
+        lambda m, y: F.pad(
+            y, (0, (4 - y.shape[-1] % 4) % 4, 0, (5 - y.shape[-2] % 5) % 5)
+        )
+    ),
     "constant-pad-module": lambda: _Upsampled(nn.ConstantPad2d(1, -0.75)),
     "reflection-pad-module": lambda: _Upsampled(nn.ReflectionPad2d((2, 1, 1, 2))),
     "replication-pad-module": lambda: _Upsampled(nn.ReplicationPad2d(2)),
