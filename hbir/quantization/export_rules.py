@@ -851,20 +851,23 @@ _PAD_PIECES = {
 
 
 def _constant_pad_module(ex: Exporter, node: fx.Node):
-    """A nonzero pad value: blocks of the value concatenated around the input per
-    padded dim, then the module's output fake quant."""
+    """A nonzero pad value: the input on the output grid (as the VALIDATION forward
+    rescales it: a concat of one, marked ``qnt.exact``, and the output fake quant),
+    blocks of the value on that grid concatenated around it per padded dim (a
+    concat of one grid), the output fake quant."""
     mod = _module(ex, node)
     (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
     dtype = ex.dtype(x)
-    y = x
+    y = _output(ex, mod, ex.emit(_exact_if(mod, hb.ConcatOp([x], 0))))
+    np_dtype = np.float64 if ex.dtype(y) == torch.float64 else np.float32
     for dim, before, after in _padded_dims(list(mod.pad), len(hb.shape_of(x))):
         pieces = [y]
         for amount, at in ((before, 0), (after, 1)):
             if amount:
                 shape = list(hb.shape_of(y))
                 shape[dim] = amount
-                np_dtype = np.float64 if dtype == torch.float64 else np.float32
                 block = ex.constant(np.full(shape, mod.value, np_dtype))
+                block = _output(ex, mod, block)
                 pieces.insert(len(pieces) if at else 0, block)
         y = ex.emit(hb.ConcatOp(pieces, dim))
     return _output(ex, mod, y, dtype)

@@ -919,8 +919,19 @@ class ConstantPad(QATModule):
         self._init_quant(qconfig)
         self.pad, self.value = tuple(pad), float(value)
 
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        """The input's codes rescaled onto the output grid
+        (``numerics.fixed_point_rescale``, as a concat's inputs)."""
+        fqs = self.input_fake_quants()
+        return _grids(self, fqs[:1]) if fqs else None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         (x,) = self._quant_inputs(x)
+        grids = self.fixed_point_grids()
+        if grids is not None:  # the input requantized to the output grid, as convert
+            mode = get_round_mode()
+            exact = numerics.fixed_point_rescale(grids, _numpy(x), 0, mode=mode)
+            x = _with_gradient(x, exact)
         return self.activation_post_process(F.pad(x, self.pad, value=self.value))
 
     def extra_repr(self) -> str:

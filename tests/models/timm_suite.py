@@ -75,6 +75,10 @@ MODELS: dict[str, tuple[dict, int, str]] = {
     # at several places): 28 LSB at qat.bc -> quantized.bc before every call got
     # its own QAT module
     "coat_lite_tiny": ({"img_size": 64}, 64, "img_size=64"),
+    # linear attention whose values are padded with ones (F.pad(value=1)): 40 LSB
+    # qat.bc -> quantized.bc after a QAT step before the pad's input was rescaled
+    # onto its output grid as convert does
+    "efficientvit_b0": ({}, 64, ""),
 }
 
 
