@@ -157,9 +157,14 @@ def is_plain_quantize(op: qnt.QuantizeOp) -> bool:
 
 def consumer_of(value: SSAValue, rounding: str) -> Consumer | None:
     """The per-tensor, zero-point-0 quantize reached through single-use relu / clip."""
+    return consumer_through(_single_use(value), rounding)
+
+
+def consumer_through(user: Operation | None, rounding: str) -> Consumer | None:
+    """``consumer_of`` from ``user``, one consumer of a value that may have others
+    (a relu of a value that also feeds another op)."""
     chain: list[Operation] = []
     lo, hi = -math.inf, math.inf
-    user = _single_use(value)
     while isinstance(user, hbir.ReluOp | hbir.ClipOp):
         if is_cpu(user):
             return None

@@ -51,16 +51,21 @@ from hbir.runtime import numerics
 class FoldRequantize(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: qnt.QuantizeOp, rewriter: PatternRewriter) -> None:
-        value = op.input
+        value, first = op.input, None
         while isinstance(value.owner, hbir.ReluOp | hbir.ClipOp):
             if len(list(value.uses)) != 1 or fp.is_cpu(value.owner):
                 return
+            first = value.owner
             value = value.owner.input
         codes = fp.codes_of(value)
         if codes is None or not codes.per_tensor or codes.bits > 32:
             return
         rounding = fp.rounding_of(op)
         consumer = fp.consumer_of(value, rounding)
+        if (consumer is None or consumer.quantize is not op) and first is not None:
+            # the dequantized value feeds other ops too (two relus of one value):
+            # this quantize's own relu / clip chain folds all the same
+            consumer = fp.consumer_through(first, rounding)
         if consumer is None or consumer.quantize is not op:
             # The dequantized value has other users: fold only a direct, plain
             # quantize (a zero point, per-channel scales or a narrow range cannot

@@ -113,6 +113,11 @@ GRAPHS = {
     "min-of-two-tensors": lambda: _Head(lambda m, y: torch.min(y, y.flip(-1) * 0.5)),
     "max-over-everything": lambda: _Head(lambda m, y: y * torch.max(y).sigmoid()),
     "weight-standardised-conv": lambda: _Upsampled(_StdConv(4, 5, 3, padding=1)),
+    # each relu folds into its own requantize (one stayed a float island and broke
+    # compile's qnt.exact check)
+    "two-relus-of-one-value": lambda: _Head(
+        lambda m, y: y.relu().flatten(2) @ y.clamp(0, 1).flatten(2).transpose(1, 2)
+    ),
     "fpn-nearest": lambda: _Fpn(),
     "fpn-bilinear": lambda: _Fpn("bilinear"),
 }
