@@ -445,7 +445,9 @@ class AttentionDecomposition(Decomposition):
     """``softmax(q @ k^T * scale + mask) @ v``: ``F.scaled_dot_product_attention``
     without dropout, as two quantized matmuls around a quantized softmax. A constant
     mask (``attention_mask``) is its softmax's ``bias`` and ``keep``: the max is
-    taken over every position, then the excluded ones are multiplied by 0."""
+    taken over every position, then the excluded ones are multiplied by 0. A float
+    mask the graph computes from parameters (a relative position bias) is a fourth
+    input, added to the scores as a quantized step (``learned_bias``)."""
 
     op = "attention"
 
@@ -454,19 +456,25 @@ class AttentionDecomposition(Decomposition):
         scale: float,
         qconfig_for: StepQconfig,
         mask: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+        learned_bias: bool = False,
     ) -> None:
         super().__init__()
         self.scale = scale
         self.qk = QuantMatmul(qconfig_for("qk", QuantMatmul, False))
         self.mul = QuantMul(qconfig_for("mul", QuantMul, False))
+        self.learned_bias = learned_bias
+        if learned_bias:
+            self.add_bias = QuantAdd(qconfig_for("add_bias", QuantAdd, False))
         keep, bias = mask
         self.softmax = SoftmaxDecomposition(
             -1, _prefixed(qconfig_for, "softmax", False), keep, bias
         )
         self.av = QuantMatmul(qconfig_for("av", QuantMatmul, True))
 
-    def forward(self, q, k, v):
+    def forward(self, q, k, v, bias=None):
         scores = self.mul(self.qk(q, k.transpose(-2, -1)), self.scale)
+        if self.learned_bias:
+            scores = self.add_bias(scores, bias)
         return self.av(self.softmax(scores), v)
 
     def extra_repr(self) -> str:

@@ -306,6 +306,11 @@ def _attention(
     if scale is None:
         scale = 1.0 / math.sqrt(query.meta["hbir_value"].shape[-1])
     shape = (query.meta["hbir_value"].shape[-2], key.meta["hbir_value"].shape[-2])
+    if q.from_parameters(attn_mask):  # a learned bias (relative positions)
+        module = AttentionDecomposition(
+            float(scale), q.step, attention_mask(None, is_causal, shape, True), True
+        )
+        return module, (query, key, value, attn_mask)
     try:
         masks = attention_mask(_constant_mask(q, attn_mask), is_causal, shape, True)
     except ValueError as e:

@@ -64,6 +64,20 @@ class _Upsampled(_Head):
         self.up = module
 
 
+class _BiasedAttention(nn.Module):
+    """Attention over the positions with a learned bias (MaxViT / CoAtNet's
+    relative position bias, passed as SDPA's float ``attn_mask``)."""
+
+    def __init__(self, tokens: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(tokens, tokens) * 0.5)
+
+    def forward(self, x):
+        t = x.flatten(2).transpose(1, 2).unsqueeze(1)
+        y = F.scaled_dot_product_attention(t, t, t, attn_mask=self.bias)
+        return y.squeeze(1).transpose(1, 2).reshape(x.shape)
+
+
 class _StdConv(nn.Conv2d):
     """timm's StdConv2d: the weight standardised per output channel each forward."""
 
@@ -113,6 +127,7 @@ GRAPHS = {
     "min-of-two-tensors": lambda: _Head(lambda m, y: torch.min(y, y.flip(-1) * 0.5)),
     "max-over-everything": lambda: _Head(lambda m, y: y * torch.max(y).sigmoid()),
     "weight-standardised-conv": lambda: _Upsampled(_StdConv(4, 5, 3, padding=1)),
+    "attention-with-a-learned-bias": lambda: _Upsampled(_BiasedAttention(48)),
     # each relu folds into its own requantize (one stayed a float island and broke
     # compile's qnt.exact check)
     "two-relus-of-one-value": lambda: _Head(

@@ -205,6 +205,12 @@ FLOAT_EQUAL = {
         ),
         (2, 2, 5, 4),
     ),
+    "sdpa-learned-bias": (
+        lambda m, x: F.scaled_dot_product_attention(
+            x, x, x, attn_mask=m.op.weight * 0.5
+        ),
+        (2, 2, 5, 4),
+    ),
     "mha-causal-mask": (
         lambda m, x: m.op(
             x,
@@ -255,6 +261,7 @@ MODULES = {
     "prelu": lambda: nn.PReLU(3),
     "conv1d": lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, groups=1),
     "mha-causal-mask": lambda: nn.MultiheadAttention(8, 2, batch_first=True),
+    "sdpa-learned-bias": lambda: nn.Linear(5, 5),
     "mha-mask-made-from-sizes": lambda: nn.MultiheadAttention(8, 2, batch_first=True),
 }
 
