@@ -230,7 +230,7 @@ def _f_linear(q, input, weight, bias=None):
 
 def _f_conv2d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     require(not isinstance(padding, str), f"padding={padding!r}")
-    if q.from_parameters(weight):  # computed from parameters: each forward
+    if q.from_parameters(weight) and weight.op != "get_attr":  # computed each forward
         return _computed_weight_conv2d(
             q, input, weight, bias, stride, padding, dilation, groups
         )

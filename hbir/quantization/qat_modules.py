@@ -445,11 +445,12 @@ class ComputedWeightConv2d(Conv2d):
         self.weight = None
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        self.weight = weight
+        # a plain attribute, never a registered parameter (the weight may be one)
+        self.__dict__["weight"] = weight
         try:
             return super().forward(x)
         finally:  # kept for export, off the autograd graph (copyable)
-            self.weight = weight.detach()
+            self.__dict__["weight"] = weight.detach()
 
     def _weight_codes(self) -> np.ndarray:
         with torch.no_grad():  # a new tensor every forward: nothing to cache
