@@ -77,7 +77,8 @@ class FoldConstantOp(RewritePattern):
             constant = hbir.ConstantOp(DenseIntOrFPElementsAttr(value.type, data))
             constant.location = op.location
             constants.append(constant)
-        rewriter.replace(op, constants)
+        # one constant per result (a split of a constant has several)
+        rewriter.replace(op, constants, [c.output for c in constants])
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,19 @@ func.func @folds(%x: tensor<1x2x3x3xf32>) -> (tensor<1x2x3x3xf32>, tensor<2x2xf3
 
 // -----
 
+// A split of a constant: one constant per result (RoPE's sin / cos tables).
+// CHECK-LABEL: func.func @split
+// CHECK-NEXT:    %[[A:.*]] = hbir.constant dense<[1.000000e+00, 2.000000e+00]> : tensor<2xf32>
+// CHECK-NEXT:    %[[B:.*]] = hbir.constant dense<3.000000e+00> : tensor<1xf32>
+// CHECK-NEXT:    func.return %[[A]], %[[B]]
+func.func @split() -> (tensor<2xf32>, tensor<1xf32>) {
+  %w = hbir.constant dense<[1.0, 2.0, 3.0]> : tensor<3xf32>
+  %a, %b = hbir.split %w {sizes = array<i64: 2, 1>, dim = 0 : i64} : (tensor<3xf32>) -> (tensor<2xf32>, tensor<1xf32>)
+  func.return %a, %b : tensor<2xf32>, tensor<1xf32>
+}
+
+// -----
+
 // Does not apply: ops on a function argument or on a computed value, a weight's
 // fake quantization (convert reads it), and a lookup table configured for the
 // model's rounding mode stay.
