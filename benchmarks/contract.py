@@ -3,7 +3,7 @@
 Run: ``python benchmarks/contract.py [--inputs 20] [--levels default,0,1,2]
 [--repeat 3] [MODEL ...]``
 
-For every model of the timm suite (``tests/models/timm_suite.py``: 20 public
+For every model of the timm suite (``tests/models/timm_suite.py``: 22 public
 architectures, random weights, BatchNorm statistics re-estimated on random data) and
 every consistency level asked for, it runs every stage and reports, over
 ``--inputs`` inputs:

@@ -1,9 +1,9 @@
 """Lookup-table error: every LUT op against the correctly rounded function.
 
 Run: ``python benchmarks/lut_error_table.py`` (about a minute) prints the markdown
-tables of ``docs/lut-numerics.md``; ``--tune`` instead searches the smallest
-``num_tables`` per op that meets the targets and prints ``DEFAULT_NUM_TABLES``
-(several minutes).
+tables of ``docs/lut-numerics.md``; ``--tune [OP ...]`` instead searches the
+smallest ``num_tables`` per op (every op, or those named) that meets the targets and
+prints ``DEFAULT_NUM_TABLES`` (several minutes for all).
 
 Each case is an op with a calibrated input interval, as an observer would see it:
 the input scale covers the interval symmetrically (``absmax / 127.5`` for int8,

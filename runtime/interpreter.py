@@ -144,7 +144,8 @@ def _unary_float(fn: Callable[..., torch.Tensor]) -> Kernel:
     """A float-only elementwise op (in fixed point these become hbir.lut).
 
     With a table configuration (export of a quantized nonlinear op) the op computes
-    its fixed-point table on the input codes, exactly as ``pre_export`` does.
+    its fixed-point table on the input codes, exactly as ``pre_export`` does. An op
+    with a parameter (``ParametricUnaryOp``) passes it to ``fn`` second.
     """
 
     def kernel(
@@ -152,7 +153,10 @@ def _unary_float(fn: Callable[..., torch.Tensor]) -> Kernel:
     ) -> tuple[np.ndarray, ...]:
         config = op.lut_config()
         if config is None:
-            return (_float_out(op, fn(_t(x))),)
+            parameters = ()
+            if isinstance(op, hbir.ParametricUnaryOp):
+                parameters = (op.parameter_value(),)
+            return (_float_out(op, fn(_t(x), *parameters)),)
         return (_float_out(op, _t(_lut_forward(op, x, config, rounding))),)
 
     return kernel
@@ -209,20 +213,6 @@ def _clip(
         return (_float_out(op, torch.clamp(_t(x), lo, hi)),)
     lo, hi = round(lo), round(hi)  # Python's round() is half-to-even
     return (_int_out(op, np.clip(x.astype(np.int64), lo, hi)),)
-
-
-def _parametric_float(fn: Callable[..., torch.Tensor]) -> Kernel:
-    """``_unary_float`` of an op with a parameter: ``fn(x, parameter)``."""
-
-    def kernel(
-        op: hbir.ParametricUnaryOp, x: np.ndarray, rounding: str = numerics.HALF_EVEN
-    ) -> tuple[np.ndarray, ...]:
-        config = op.lut_config()
-        if config is None:
-            return (_float_out(op, fn(_t(x), op.parameter_value())),)
-        return (_float_out(op, _t(_lut_forward(op, x, config, rounding))),)
-
-    return kernel
 
 
 def _gelu(
@@ -802,10 +792,10 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.SiluOp: _unary_float(F.silu),
     hbir.HardsigmoidOp: _unary_float(F.hardsigmoid),
     hbir.HardswishOp: _unary_float(F.hardswish),
-    hbir.LeakyReluOp: _parametric_float(F.leaky_relu),
-    hbir.EluOp: _parametric_float(F.elu),
-    hbir.CeluOp: _parametric_float(F.celu),
-    hbir.SoftplusOp: _parametric_float(F.softplus),
+    hbir.LeakyReluOp: _unary_float(F.leaky_relu),
+    hbir.EluOp: _unary_float(F.elu),
+    hbir.CeluOp: _unary_float(F.celu),
+    hbir.SoftplusOp: _unary_float(F.softplus),
     hbir.SeluOp: _unary_float(F.selu),
     hbir.MishOp: _unary_float(F.mish),
     hbir.ErfOp: _unary_float(torch.erf),

@@ -1133,7 +1133,8 @@ LUT_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "silu": lambda x: x * _sigmoid(x),
     "hardsigmoid": _relu6_over_6,
     "hardswish": lambda x: x * _relu6_over_6(x),
-    # with a parameter (LUT_PARAMETERS): the default is torch's
+    # with a parameter (LUT_PARAMETERS), their second argument; the default is
+    # torch's
     "leaky_relu": lambda x, slope=0.01: np.where(x >= 0, x, slope * x),
     "elu": lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
     "celu": lambda x, alpha=1.0: np.where(
@@ -1193,17 +1194,10 @@ def lut_function(name: str) -> Callable[[np.ndarray], np.ndarray]:
     """The float64 function of a table name (``sigmoid``, ``leaky_relu:0.1``)."""
     op, parameter = split_table_key(name)
     f = LUT_FUNCTIONS[op]
-    return (
-        f if parameter is None else functools.partial(f, **{_PARAM_ARG[op]: parameter})
-    )
+    if parameter is None:
+        return f
+    return lambda x: f(x, parameter)  # the parameter is every such function's second
 
-
-_PARAM_ARG = {
-    "leaky_relu": "slope",
-    "elu": "alpha",
-    "celu": "alpha",
-    "softplus": "beta",
-}
 
 # Segments per table for int16 inputs (int8 inputs always use the exact 256-entry
 # table): the smallest multiple of 6 that meets the targets at typical scales, and

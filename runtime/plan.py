@@ -123,7 +123,9 @@ class Plan:
                 results = step.run(*[env[a] for a in step.args])
             except Exception as e:
                 raise _located(step.op, e) from e
-            if type(results[0]) is not np.ndarray:  # numpy's 0-d results: scalars
+            if (
+                results and type(results[0]) is not np.ndarray
+            ):  # numpy's 0-d results: scalars
                 results = [np.asarray(y) for y in results]
             if step.check is not None:
                 _check(step.op, results, step.check)

@@ -252,18 +252,15 @@ def _f_conv2d(q, input, weight, bias=None, stride=1, padding=0, dilation=1, grou
 def _computed_weight_conv2d(q, input, weight, bias, stride, padding, dilation, groups):
     o, i, kh, kw = weight.meta["hbir_value"].shape
     b = q.constant(bias)
-    shell = nn.Conv2d(
-        i * groups, o, (kh, kw), stride, padding, dilation, groups, bias=b is not None
-    )
     conv = qat.ComputedWeightConv2d(
-        shell.in_channels,
-        shell.out_channels,
-        shell.kernel_size,
-        stride=shell.stride,
-        padding=shell.padding,
-        dilation=shell.dilation,
-        groups=groups,
-        bias=b is not None,
+        i * groups,
+        o,
+        (kh, kw),
+        stride,
+        padding,
+        dilation,
+        groups,
+        b is not None,
         qconfig=q(),
     )
     conv.bias = parameter(b)

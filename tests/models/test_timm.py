@@ -1,8 +1,9 @@
-"""The timm suite: 20 public architectures, unchanged, through every stage.
+"""The timm suite: 22 public architectures, unchanged, through every stage.
 
 Per model, at the default consistency level and at levels 0, 1 and 2: prepare ->
 calibration -> one QAT step -> VALIDATION -> pre_export -> export -> convert -> feed
--> compile must all run, convert must leave no op on the CPU, and ``qat.bc`` must
+-> compile must all run, convert must leave no op on the CPU, the compiled program
+no CPU island but the quantize / dequantize at its edges, and ``qat.bc`` must
 equal ``qat.export.pt``, ``quantized.bc`` (as the interpreter defines it) ``qat.bc``,
 and the ``model.hbm`` loaded back from its file and quantized.bc's own fast feed
 (its compiled program) ``quantized.bc``, bit for bit (the numeric contract;

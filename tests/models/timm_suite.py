@@ -1,4 +1,4 @@
-"""The timm suite: 20 public architectures no one here wrote, through every stage.
+"""The timm suite: 22 public architectures no one here wrote, through every stage.
 
 Each model has random weights (``num_classes=10``), BatchNorm statistics re-estimated
 on random data (so activations are not degenerate) and a small input, and is wrapped
