@@ -854,6 +854,8 @@ _ADD_GRID_KINDS = {
     "maximum": np.maximum,
     "minimum": np.minimum,
 }
+# every kind fixed_point_binary computes
+FIXED_POINT_BINARY_KINDS = ("mul", *_ADD_GRID_KINDS)
 
 
 def fixed_point_binary(

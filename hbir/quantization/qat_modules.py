@@ -971,7 +971,7 @@ class _Binary(QATModule):
         sub / mul: ``numerics.fixed_point_binary``); a Python number operand is a
         float constant (scale 0). With a constant also at consistency level 2,
         whose float64 forward would add it exactly."""
-        if self.op not in ("add", "sub", "mul", "maximum", "minimum"):
+        if self.op not in numerics.FIXED_POINT_BINARY_KINDS:
             return None
         numbers = [isinstance(v, int | float) for v in (a, b)]
         if all(numbers):
