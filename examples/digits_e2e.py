@@ -21,7 +21,13 @@ each artifact to ``--out``:
                        insert_image_preprocess, insert_image_convert("gray")),
                        converted: the gray codes v = 15 p of each digit pixel p
                        (0..16) become p / 8 - 1 = (v / 120 - 1) / 1 exactly
+    x.npy              one test batch (the export batch size): an input for
+                       ``hbir run`` / ``hbir verify``
     model_check_result.txt, fx_graph.txt   written by prepare
+
+Every stage also runs from the shell on these files (README, "The hbir command");
+``--model examples/digits_e2e.py:DigitsNet --qconfig examples/digits_e2e.py:QCONFIG``
+rebuilds the model qat.pt's state_dict belongs to.
 
 and prints one table: stage | accuracy | top-1 agreement with qat.pt | max LSB
 difference of the logits to the previous stage.
@@ -57,6 +63,8 @@ from hbir.quantization import (  # noqa: E402
 )
 
 BATCH = 50  # the exported model's static batch
+# The qconfig of prepare (the CLI's --qconfig examples/digits_e2e.py:QCONFIG).
+QCONFIG = get_qconfig(observer=MovingAverageMinMaxObserver)
 
 
 class DigitsNet(nn.Module):
@@ -153,8 +161,7 @@ def main() -> None:
     model.eval()
 
     step("prepare, then calibrate on the training set")
-    qconfig = get_qconfig(observer=MovingAverageMinMaxObserver)
-    qat = prepare(model, x_train[:BATCH], qconfig, out_dir=out)
+    qat = prepare(model, x_train[:BATCH], QCONFIG, out_dir=out)
     qat.eval()
     set_fake_quantize(qat, FakeQuantState.CALIBRATION)
     with torch.no_grad():
@@ -174,6 +181,7 @@ def main() -> None:
     step("export -> qat.bc")
     qat_bc = export(qat, (x_test[:BATCH],))
     hbir.save(qat_bc, out / "qat.bc")
+    np.save(out / "x.npy", x_test[:BATCH].numpy())  # one batch, for the CLI
     step("convert -> quantized.bc (nash-e)")
     quantized = hbir.convert(qat_bc, "nash-e")
     hbir.save(quantized, out / "quantized.bc")

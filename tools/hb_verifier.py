@@ -7,11 +7,17 @@ As the reference toolchain documents its own ``hb_verifier``, a pair with an
 ``.hbm`` prints the consistency table (per output: ``Consistency``, every element
 within ``10**-c``; the mismatched elements; the largest absolute and relative
 differences), any other pair (``.bc`` / ``.mlir``) the cosine-similarity
-table. Beyond the reference, a difference is traced to its origin: for a
-``.bc,.hbm`` pair the first instruction whose value differs from the ``.bc`` op it
-computes (its op ID, op and torch source line, from the ``.hbm`` debug table); for
-two ``.bc`` models the first torch call whose value differs. ``--dump-all-nodes``
-writes every op's value of both models as ``.npy`` files with an ``index.json``.
+table. Beyond the reference, our contract is exact, so the table has a ``Bit
+Identical`` column and a verdict line follows it (``bit-identical: ...`` or
+``not bit-identical: <output>: K of N elements differ``), and a difference is
+traced to its origin: for a ``.bc,.hbm`` pair the first instruction whose value
+differs from the ``.bc`` op it computes (its op ID, op and torch source line, from
+the ``.hbm`` debug table; only when the ``.hbm`` was compiled from that ``.bc``,
+whose op IDs its debug table uses); for two ``.bc`` models the first torch call
+whose value differs. Integer codes of one model against float values of the other
+are compared dequantized (the ``.hbm`` records each output's scale).
+``--dump-all-nodes`` writes every op's value of both models as ``.npy`` files with
+an ``index.json``.
 
 Inputs: one ``-i`` per model input, in input order, or several in one ``-i``
 separated by commas (an NV12 input is two planes: ``-i y.npy,uv.npy``); ``name:path``
@@ -42,6 +48,7 @@ HEADERS_CONSISTENCY = (
     "Mismatched Elements",
     "Max Abs Diff",
     "Max Rel Diff",
+    "Bit Identical",
 )
 # "Consine" is the reference's spelling, kept so scripts that read it still work.
 HEADERS_COSINE = ("NodeName", "TensorName", "ConsineSimilarity")
@@ -183,9 +190,9 @@ def consistency_row(name: str, a: np.ndarray, b: np.ndarray, digits: int) -> lis
     tolerance, unlike the reference's ``np.allclose``: the contract is exact)."""
     if a.shape != b.shape:
         shapes = f"shape {list(a.shape)} vs {list(b.shape)}"
-        return [name, "False", shapes, "", ""]
+        return [name, "False", shapes, "", "", "False"]
     x, y = a.astype(np.float64), b.astype(np.float64)
-    same = (x == y) | (np.isnan(x) & np.isnan(y))  # a NaN where the other has one
+    same = _same(x, y)
     diff = np.where(same, 0.0, np.abs(x - y))
     mismatched = int(np.count_nonzero(~same))
     max_abs = float(diff.max(initial=0.0))
@@ -198,7 +205,59 @@ def consistency_row(name: str, a: np.ndarray, b: np.ndarray, digits: int) -> lis
         f"{mismatched}/{a.size} ({share:.2f}%)",
         _number(max_abs),
         _number(max_rel),
+        str(mismatched == 0),
     ]
+
+
+def _same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Elementwise equality, a NaN equal to a NaN."""
+    return (x == y) | (np.isnan(x) & np.isnan(y))
+
+
+def comparable(
+    a: np.ndarray, b: np.ndarray, models: Sequence[Model], index: int
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Output ``index`` of both models as like with like: integer codes of one
+    side against float values of the other are dequantized with the scale the
+    ``.hbm`` records for that output; ``""``, or why they cannot be compared."""
+    if _is_int(a) == _is_int(b):
+        return a, b, ""
+    side = 0 if _is_int(a) else 1
+    model, codes = models[side], (a, b)[side]
+    scales = ()
+    if model.kind == "hbm":
+        desc = model.function.outputs[index]
+        scales, zeros = desc.scales, desc.zeros or (0,)
+    if len(scales) != 1:
+        other = (b, a)[side]
+        return (
+            a,
+            b,
+            (
+                f"{codes.dtype} codes in {model.label} against {other.dtype} values: "
+                "no per-tensor scale to dequantize them with"
+            ),
+        )
+    values = ((codes.astype(np.float64) - zeros[0]) * scales[0]).astype(np.float32)
+    return (values, b, "") if side == 0 else (a, values, "")
+
+
+def bit_verdict(
+    names: Sequence[str], pairs: Sequence[tuple[np.ndarray, np.ndarray]]
+) -> tuple[bool, str]:
+    """Whether every output is bit-identical, and the sentence that says so (or
+    which output differs first, in how many elements)."""
+    for name, (x, y) in zip(names, pairs, strict=True):
+        if x.shape != y.shape:
+            return False, (
+                f"not bit-identical: {name} has shape {list(y.shape)}, expected "
+                f"{list(x.shape)}"
+            )
+        same = _same(x.astype(np.float64), y.astype(np.float64))
+        if not same.all():
+            return False, f"not bit-identical: {name}: {_difference(x, y)}"
+    total = sum(x.size for x, _ in pairs)
+    return True, f"bit-identical: all {total} elements of {len(pairs)} output(s)"
 
 
 def _aligned(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
@@ -239,6 +298,20 @@ def output_node(model: Model, index: int) -> str:
 
 
 # ------------------------------------------------------------------ tracing
+
+
+def compiled_from(bc: Model, hbm: Model) -> bool:
+    """Whether ``hbm`` was compiled from ``bc``: its debug table names ops by the
+    IDs of the quantized.bc it came from, so every op it names must be there under
+    that ID (another model's IDs name other ops: qat.bc, another quantized.bc)."""
+    from hbir.dialects.op_ids import op_ids
+
+    ops = op_ids(bc.function.op)
+    return all(
+        d.op_ids[-1] in ops and ops[d.op_ids[-1]].name == d.op
+        for d in hbm.function.code.debug
+        if d.op_ids
+    )
 
 
 def _where(op_id: int, op: str, loc: str) -> str:
@@ -300,11 +373,18 @@ def first_instruction_mismatch(
     return found[0] if found else None
 
 
+def _dump_outputs_only(dump: Dump, models, out_a, out_b) -> None:
+    """Nothing pairs the two models' ops: each model's outputs only."""
+    for side, outs in enumerate((out_a, out_b)):
+        for i, value in enumerate(outs):
+            dump.op(side, -1 - i, "output", "", (value,))
+
+
 def _difference(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return f"shape {list(b.shape)}, expected {list(a.shape)}"
     x, y = a.astype(np.float64), b.astype(np.float64)
-    count = int(np.count_nonzero(a != b))
+    count = int(np.count_nonzero(~_same(x, y)))
     return (
         f"{count} of {a.size} elements differ, max abs diff "
         f"{_number(float(np.abs(x - y).max()))}"
@@ -418,9 +498,15 @@ class Dump:
 
 
 def verify(
-    paths: Sequence[str], inputs: Sequence[str], digits: int, dump_dir: str | None
+    paths: Sequence[str],
+    inputs: Sequence[str],
+    digits: int,
+    dump_dir: str | None,
+    strict: bool = False,
 ) -> int:
-    """Print the table (and the trace of a difference); the exit status."""
+    """Print the table, the bit-identity verdict and the trace of a difference;
+    the exit status: 0 consistent, 1 not (``strict``: 0 only when every output is
+    bit-identical, as ``hbir verify`` decides)."""
     if len(paths) != 2:
         raise VerifierError(
             f"give exactly two models, -m MODEL1,MODEL2; got {len(paths)}: "
@@ -434,47 +520,66 @@ def verify(
     names = [name for name, _, _ in a.signature("outputs")]
     dump = None if dump_dir is None else Dump(dump_dir, models)
     kinds = [m.kind for m in models]
+    pairs, notes = [], []
+    for i, (x, y) in enumerate(zip(out_a, out_b, strict=True)):
+        x, y, why = comparable(x, y, models, i)
+        pairs.append((x, y))
+        if why:
+            notes.append(f"{names[i]}: {why}")
+    identical, verdict = bit_verdict(names, pairs)
     if "hbm" in kinds:
         rows = [
             consistency_row(n, x, y, digits)
-            for n, x, y in zip(names, out_a, out_b, strict=True)
+            for n, (x, y) in zip(names, pairs, strict=True)
         ]
         print(table(HEADERS_CONSISTENCY, rows))
-        differ = not all(r[1] == "True" for r in rows)
-        trace, untraced = None, ""
+        status = 0 if all(r[1] == "True" for r in rows) else 1
+        trace, untraced, unpaired = None, "", False
         if kinds == ["hbm", "hbm"]:
             untraced = "two .hbm files: no .bc op to trace the difference to"
-        elif differ or dump is not None:
+        elif not identical or dump is not None:
             sides = (0, 1) if kinds[0] == "bc" else (1, 0)
             bc, hbm = models[sides[0]], models[sides[1]]
-            trace = first_instruction_mismatch(bc, hbm, feed, dump, sides)
-            untraced = (
-                f"every instruction with a debug value equals its op in {bc.label}: "
-                "the difference arises in a tile or DMA instruction"
-            )
-        status = 1 if differ else 0
+            if compiled_from(bc, hbm):
+                trace = first_instruction_mismatch(bc, hbm, feed, dump, sides)
+                untraced = (
+                    f"every instruction with a debug value equals its op in "
+                    f"{bc.label}: the difference arises in a tile or DMA instruction"
+                )
+            else:
+                untraced = (
+                    f"{hbm.label} was not compiled from {bc.label} (its debug table "
+                    f"names other ops): give the quantized.bc it was compiled from to "
+                    "trace a difference to an instruction"
+                )
+                if dump is not None:
+                    _dump_outputs_only(dump, models, out_a, out_b)
+                    unpaired = True
     else:
         rows = [
             cosine_row(output_node(a, i), n, x, y)
-            for i, (n, x, y) in enumerate(zip(names, out_a, out_b, strict=True))
+            for i, (n, (x, y)) in enumerate(zip(names, pairs, strict=True))
         ]
         print(table(HEADERS_COSINE, rows))
-        differ = not all(
-            x.shape == y.shape and np.array_equal(x, y, equal_nan=True)
-            for x, y in zip(out_a, out_b, strict=True)
-        )
         trace = None
-        if differ or dump is not None:
+        if not identical or dump is not None:
             trace = first_layer_difference(a, b, feed, dump)
         untraced = "no torch call's value differs: only the outputs do"
-        status = 0
+        status, unpaired = 0, False
+    for note in notes:
+        print(note)
+    print(verdict)
+    if identical and trace is not None:
+        trace = f"outputs bit-identical, but an intermediate value differs: {trace}"
     if trace is not None:
         print(trace)
-    elif differ:
+    elif not identical or unpaired:
         print(untraced)
     if dump is not None:
         dump.close()
         print(f"per-op values of both models written to {dump_dir}")
+    if strict:
+        return 0 if identical else 1
     return status
 
 

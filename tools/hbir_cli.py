@@ -1,24 +1,22 @@
-"""``hbir``: the analysis commands.
+"""``hbir``: one command per stage, and the analysis tools.
 
-    hbir doctor --qat qat.pt --data data.pt [--qat-bc qat.bc]
-                [--quantized-bc quantized.bc]
-                [--nv12-bc nv12_quantized.bc --nv12-data planes.pt]
-                [--march nash-e] [--out-dir DIR]
+    hbir export   --qat qat.pt [--model file.py:factory] --data x.npy -o qat.bc
+    hbir convert  qat.bc -o quantized.bc [--march nash-e] [--advice]
+    hbir compile  quantized.bc -o model.hbm [--march nash-e] [--opt 2] [--progress]
+    hbir run      MODEL -i x.npy [-o outputs.npz]       (.bc, .mlir or .hbm)
+    hbir perf     model.hbm [--out-dir DIR]
+    hbir verify   MODEL_A MODEL_B -i x.npy              (bit identity; exit 1 if not)
+    hbir doctor   --qat qat.pt --data data.pt [...]     (stage, op and cause)
+    hbir bisect   --qat-bc qat.bc --data data.pt --reference qat.pt --threshold T
 
-Runs every stage it is given or can make (qat.pt, qat.export.pt, qat.bc,
-quantized.bc, and nv12_quantized.bc on the NV12 planes of the same frames:
-``torch.save`` of a list of ``(y, uv)`` uint8 tensors, one per batch of
-``data.pt``, e.g. ``tuple(map(torch.from_numpy, hbir.data.rgb_to_nv12(rgb)))``),
-prints one screen: each stage pair against its contract, the
-first pair beyond it, its first op (ID in qat.bc and torch source line) and the
-cause; writes report.json and report.html to ``--out-dir``. Exit status 0: every
-stage within contract; 3: a stage pair beyond it; 1: bad input.
+``qat.pt`` is either the whole prepared model (``torch.save(qat, ...)``) or its
+``state_dict`` (what the README saves), given with ``--model module:factory``:
+the code that builds the model (``hbir.quantization.checkpoint``).
 
-    hbir bisect --qat-bc qat.bc --data data.pt --reference qat.pt
-                --threshold 1e-3 [--metric Atol] [--march nash-e] [--no-convert]
-
-prints the smallest window of fake quants whose float fallback restores the
-metric, and the bc_editor config for it.
+Exit status: 0 done; 1 bad input (one line on stderr, no traceback), except for
+``verify`` (0 bit-identical, 1 not, 2 bad input, as ``diff`` and ``hb_verifier``)
+and ``doctor`` (3: a stage pair beyond its contract). Parsing the command line
+imports neither torch nor the compiler, so ``--help`` answers at once.
 """
 
 from __future__ import annotations
@@ -27,152 +25,234 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+MARCHES = ("nash-e", "nash-m")
+QAT_PT = (
+    "qat.pt: the prepared model saved whole (torch.save(qat, path)) or its "
+    "state_dict (then give --model)"
+)
+MODEL_FACTORY = (
+    "module:factory building the model a state_dict qat.pt belongs to: an "
+    "importable module or a .py file, and a callable returning the prepared model "
+    "(or the float model, then prepared on the first input batch)"
+)
+DATA = (
+    "input batches: a .npy array (one batch) or a torch.save file of a tensor, a "
+    "tuple of tensors, or a list of them"
+)
+
 
 class _Parser(argparse.ArgumentParser):
+    """Usage errors exit with the command's bad-input status, in one line."""
+
+    bad_input_status = 1
+
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        self.exit(1, f"{self.prog}: error: {message}\n")
+        self.exit(self.bad_input_status, f"{self.prog}: error: {message}\n")
 
 
-def main(args: Sequence[str] | None = None) -> None:
-    parser = _Parser(prog="hbir", description="hbir analysis tools")
-    sub = parser.add_subparsers(dest="command", required=True)
-    doctor = sub.add_parser(
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="hbir",
+        description="hbir: every stage from qat.pt to model.hbm, and the tools that "
+        "find where and why two stages differ.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Exit status: 0 done, 1 bad input; verify: 0 bit-identical, 1 not, "
+        "2 bad input; doctor: 3 a stage pair beyond its contract.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser(
+        "export",
+        help="qat.pt -> qat.bc",
+        description="Export the "
+        "prepared model (in VALIDATION) to qat.bc; the first input "
+        "batch is the example, which fixes qat.bc's batch size.",
+    )
+    p.add_argument("--qat", required=True, help=QAT_PT)
+    p.add_argument("--model", help=MODEL_FACTORY)
+    p.add_argument(
+        "--qconfig",
+        help="module:name of the QConfig / QconfigSetter to "
+        "prepare a float --model with (default get_qconfig())",
+    )
+    p.add_argument("--data", required=True, help=DATA)
+    p.add_argument("-o", "--output", required=True, help="qat.bc (or .mlir) to write")
+
+    p = sub.add_parser(
+        "convert",
+        help="qat.bc -> quantized.bc",
+        description="Convert qat.bc to fixed point for a march.",
+    )
+    p.add_argument("model", help="qat.bc (or .mlir)")
+    p.add_argument("-o", "--output", required=True, help="quantized.bc to write")
+    p.add_argument("--march", default="nash-e", choices=MARCHES)
+    p.add_argument(
+        "--advice", action="store_true", help="print every op left on the CPU, and why"
+    )
+
+    p = sub.add_parser(
+        "compile",
+        help="quantized.bc -> model.hbm",
+        description="Compile quantized.bc to model.hbm for the simulated NPU.",
+    )
+    p.add_argument("model", help="quantized.bc (or .mlir)")
+    p.add_argument("-o", "--output", required=True, help="model.hbm to write")
+    p.add_argument("--march", default="nash-e", choices=MARCHES)
+    p.add_argument(
+        "--opt",
+        type=int,
+        default=2,
+        choices=(0, 1, 2),
+        help="0 skips fusion (default 2)",
+    )
+    p.add_argument(
+        "--progress", action="store_true", help="one line per compile pass on stderr"
+    )
+    p.add_argument(
+        "--time-passes", action="store_true", help="with --progress: each pass's time"
+    )
+
+    p = sub.add_parser(
+        "run",
+        help="run any model on input files",
+        description="Run a .bc, .mlir or .hbm on .npy inputs; print "
+        "each output's dtype, shape and range.",
+    )
+    p.add_argument("model", help="the model file")
+    _inputs(p)
+    p.add_argument("-o", "--output", help="write the outputs to this .npz")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="a .bc: run the interpreter's definition (op by op)",
+    )
+
+    p = sub.add_parser(
+        "perf",
+        help="estimated speed of a model.hbm",
+        description="FPS, latency and DDR traffic of a model.hbm on "
+        "its march; writes <model>.json and <model>.html.",
+    )
+    p.add_argument("model", help="model.hbm")
+    p.add_argument("--out-dir", default=".", help="where the reports go (default .)")
+
+    p = sub.add_parser(
+        "verify",
+        help="are two models bit-identical on inputs",
+        description="Run both models on the same inputs: the "
+        "consistency table, the bit-identity verdict and the first "
+        "differing instruction or op. Exit 0 bit-identical, 1 not.",
+    )
+    p.bad_input_status = 2  # as diff's and hb_verifier's
+    p.add_argument("model_a", help="the reference model (.bc, .mlir or .hbm)")
+    p.add_argument("model_b", help="the model checked against it")
+    _inputs(p)
+    p.add_argument(
+        "-c",
+        "--compare-digits",
+        type=int,
+        default=5,
+        help="the decimal tolerance of the Consistency column",
+    )
+    p.add_argument(
+        "--dump-all-nodes",
+        metavar="DIR",
+        help="write every op's value of both models to DIR",
+    )
+
+    p = sub.add_parser(
         "doctor",
         help="find the stage, the op and the cause of a difference",
-        description="Find the first stage pair beyond its numeric contract, its "
-        "first op and the cause.",
+        description="Find the first stage pair beyond "
+        "its numeric contract, its first op and the cause.",
     )
-    doctor.add_argument(
-        "--qat",
-        required=True,
-        help="qat.pt (torch.save of the prepared model, in VALIDATION)",
-    )
-    doctor.add_argument(
-        "--data",
-        required=True,
-        help="input batches (torch.save of a tensor, a tuple, or a list of them)",
-    )
-    doctor.add_argument("--qat-bc", help="qat.bc (default: export qat.pt)")
-    doctor.add_argument("--quantized-bc", help="quantized.bc (default: convert)")
-    doctor.add_argument(
+    p.add_argument("--qat", required=True, help=QAT_PT + " (in VALIDATION)")
+    p.add_argument("--model", help=MODEL_FACTORY)
+    p.add_argument("--data", required=True, help=DATA)
+    p.add_argument("--qat-bc", help="qat.bc (default: export qat.pt)")
+    p.add_argument("--quantized-bc", help="quantized.bc (default: convert)")
+    p.add_argument(
         "--nv12-bc",
         help="nv12_quantized.bc (qat.bc with camera nodes inserted, converted)",
     )
-    doctor.add_argument(
+    p.add_argument(
         "--nv12-data",
-        help="the NV12 planes of the same frames as --data (torch.save of a list "
-        "of (y, uv) uint8 tensors, one per batch)",
+        help="the NV12 planes of the same frames as --data (torch.save "
+        "of a list of (y, uv) uint8 tensors, one per batch)",
     )
-    doctor.add_argument("--march", default="nash-e")
-    doctor.add_argument("--out-dir", help="write report.json and report.html here")
-    bisect = sub.add_parser(
+    p.add_argument("--march", default="nash-e", choices=MARCHES)
+    p.add_argument("--out-dir", help="write report.json and report.html here")
+
+    p = sub.add_parser(
         "bisect",
         help="the smallest float region of qat.bc that restores a metric",
-        description="Search windows of qat.bc fake-quant IDs whose float fallback "
-        "brings the metric against the reference within the threshold; print the "
+        description="Search windows of qat.bc "
+        "fake-quant IDs whose float fallback brings the metric "
+        "against the reference within the threshold; print the "
         "bc_editor config.",
     )
-    bisect.add_argument("--qat-bc", required=True, help="qat.bc to edit")
-    bisect.add_argument("--data", required=True, help="input batches (torch.save)")
-    bisect.add_argument(
+    p.add_argument("--qat-bc", required=True, help="qat.bc to edit")
+    p.add_argument("--data", required=True, help=DATA)
+    p.add_argument(
         "--reference", required=True, help="the model to recover: qat.pt or a .bc"
     )
-    bisect.add_argument("--threshold", required=True, type=float)
-    bisect.add_argument("--metric", default="Atol")
-    bisect.add_argument("--march", default="nash-e")
-    bisect.add_argument(
+    p.add_argument("--model", help=MODEL_FACTORY + " (a state_dict --reference)")
+    p.add_argument("--threshold", required=True, type=float)
+    p.add_argument("--metric", default="Atol")
+    p.add_argument("--march", default="nash-e", choices=MARCHES)
+    p.add_argument(
         "--no-convert",
         action="store_true",
         help="run the edited qat.bc itself (the error is already in qat.bc)",
     )
+    return parser
+
+
+def _inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        required=True,
+        help="a .npy per model input, in order (repeat -i, or a,b); "
+        "name:file binds a file to a named input",
+    )
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    parser = build_parser()
     ns = parser.parse_args(args)
     if ns.command == "doctor" and bool(ns.nv12_bc) != bool(ns.nv12_data):
-        doctor.error(
-            "the NV12 stage needs both --nv12-bc and --nv12-data (the NV12 planes "
-            "of the same frames as --data)"
+        parser.exit(
+            1,
+            "hbir doctor: error: the NV12 stage needs both --nv12-bc and "
+            "--nv12-data (the NV12 planes of the same frames as --data)\n",
         )
-    if ns.command == "bisect":
-        _bisect(ns)
-        return
+    from hbir.errors import HbirError
 
-    from hbir import HbirError
-
+    command = _command(ns.command)
     try:
-        from hbir.profiler import diagnose
-        from hbir.profiler.doctor import load_inputs, load_qat_model
-
-        qat = load_qat_model(ns.qat)
-        data = load_inputs(ns.data)
-        qat_bc = _load_bc(ns.qat_bc, "--qat-bc") if ns.qat_bc else None
-        quantized = (
-            _load_bc(ns.quantized_bc, "--quantized-bc") if ns.quantized_bc else None
-        )
-        nv12 = _load_bc(ns.nv12_bc, "--nv12-bc") if ns.nv12_bc else None
-        planes = load_inputs(ns.nv12_data) if ns.nv12_data else None
-        result = diagnose(
-            qat,
-            data,
-            ns.march,
-            qat_bc=qat_bc,
-            quantized_bc=quantized,
-            nv12_quantized_bc=nv12,
-            nv12_data=planes,
-            out_dir=ns.out_dir,
-            progress=sys.stderr.isatty(),
-        )
+        status = command(ns)
     except HbirError as e:
-        print(f"hbir doctor: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    print(result.text())
-    if ns.out_dir:
-        print(f"wrote {ns.out_dir}/report.json and {ns.out_dir}/report.html")
-    sys.exit(0 if result.ok else 3)
+        print(f"hbir {ns.command}: error: {e}", file=sys.stderr)
+        status = 2 if ns.command == "verify" else 1
+    sys.exit(status)
 
 
-def _bisect(ns) -> None:
-    from hbir import HbirError
+def _command(name: str):
+    from hbir.tools import analysis_commands, stage_commands
 
-    try:
-        from hbir.profiler import bisect_float_fallback
-        from hbir.profiler.bisect import hbir_outputs, reference_outputs
-        from hbir.profiler.doctor import load_inputs, load_qat_model
-
-        data = load_inputs(ns.data)
-        qat_bc = _load_bc(ns.qat_bc, "--qat-bc")
-        if ns.reference.endswith((".bc", ".mlir", ".hbm")):
-            reference_model = _load_bc(ns.reference, "--reference")
-        else:
-            reference_model = load_qat_model(ns.reference)
-        reference = reference_outputs(reference_model, data)
-        found = bisect_float_fallback(
-            qat_bc,
-            data,
-            reference,
-            ns.threshold,
-            ns.metric,
-            ns.march,
-            evaluate=hbir_outputs if ns.no_convert else None,
-        )
-    except (HbirError, ValueError) as e:
-        print(f"hbir bisect: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    print(found.text())
-
-
-def _load_bc(path: str, flag: str):
-    """The hbir model (a ``.bc`` / ``.mlir``) ``flag`` names; a compiled
-    ``model.hbm`` is refused by name (these tools edit and convert ``.bc``)."""
-    import hbir
-    from hbir.diagnostics import HbirFileError
-
-    model = hbir.load(path)
-    if not isinstance(model, hbir.Module):
-        raise HbirFileError(
-            f"{flag} {path}: a compiled model ({type(model).__name__}, model.hbm); "
-            f"{flag} takes a .bc (qat.bc, quantized.bc)"
-        )
-    return model
+    return {
+        "export": stage_commands.export,
+        "convert": stage_commands.convert,
+        "compile": stage_commands.compile_model,
+        "run": stage_commands.run,
+        "perf": stage_commands.perf,
+        "verify": stage_commands.verify,
+        "doctor": analysis_commands.doctor,
+        "bisect": analysis_commands.bisect,
+    }[name]
 
 
 if __name__ == "__main__":

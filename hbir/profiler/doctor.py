@@ -674,29 +674,9 @@ def load_inputs(path: str) -> list[tuple]:
     )
 
 
-def load_qat_model(path: str):
-    """A prepared model saved with ``torch.save(qat, "qat.pt")``."""
-    from torch import fx
+def load_qat_model(path: str, factory: str | None = None, example_inputs=None):
+    """qat.pt: a prepared model saved whole, or its ``state_dict`` with the
+    ``module:factory`` that builds the model (``hbir.quantization.checkpoint``)."""
+    from hbir.quantization.checkpoint import load_qat
 
-    from hbir.diagnostics import HbirFileError
-    from hbir.hbm.container import MAGIC
-
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(MAGIC))
-    except OSError as e:
-        raise HbirFileError(
-            f"{path}: cannot read the QAT model: {e.strerror}"
-        ) from None
-    if head == MAGIC or str(path).endswith((".bc", ".mlir", ".hbm")):
-        raise HbirFileError(
-            f"{path}: an hbir model file, not qat.pt: expected the prepared model "
-            "(torch.save of what hbir.quantization.prepare returned)"
-        )
-    model = _torch_load(path, "the QAT model", weights_only=False)
-    if not isinstance(model, fx.GraphModule):
-        raise HbirFileError(
-            f"{path}: expected the prepared model (torch.save of what "
-            f"hbir.quantization.prepare returned), got {type(model).__name__}"
-        )
-    return model.eval()
+    return load_qat(path, factory, example_inputs)

@@ -5,6 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
@@ -20,8 +23,15 @@ def run(script: str, tmp_path) -> str:
     return res.stdout
 
 
-def test_digits_end_to_end(tmp_path):
-    out = run("digits_e2e.py", tmp_path)
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The main job's artifacts and what it printed."""
+    folder = tmp_path_factory.mktemp("digits")
+    return folder, run("digits_e2e.py", folder)
+
+
+def test_digits_end_to_end(digits):
+    tmp_path, out = digits
     rows = {}
     for line in out.splitlines():
         m = re.match(r"(\S+)\s+\|\s+([\d.]+)%\s+\|\s+([\d.]+)%\s+\|\s+(\S+)", line)
@@ -75,6 +85,85 @@ def _reload_qat_pt(out):
     again = export(qat, (example,))["forward"](example.numpy())
     saved = hbir.load(out / "qat.bc")["forward"](example.numpy())
     np.testing.assert_array_equal(again, saved)
+
+
+def hbir_command(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``hbir ARGS`` as the console script runs it (its module, by this Python)."""
+    return subprocess.run(
+        [sys.executable, "-m", "hbir.tools.hbir_cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def test_every_stage_from_the_shell_on_the_digits_artifacts(digits, tmp_path):
+    """The README's state_dict qat.pt and --model: export, convert and compile
+    from the shell write the very files the Python API wrote; verify says
+    bit-identical (exit 0), and names the instruction of a corrupted model.hbm
+    (exit 1)."""
+    import hbir
+    from hbir.hbm import container
+
+    out, _ = digits
+    model = [
+        "--model",
+        EXAMPLES / "digits_e2e.py:DigitsNet",
+        "--qconfig",
+        EXAMPLES / "digits_e2e.py:QCONFIG",
+    ]
+    steps = [
+        ["export", "--qat", out / "qat.pt", *model, "--data", out / "x.npy"]
+        + ["-o", tmp_path / "qat.bc"],
+        ["convert", tmp_path / "qat.bc", "-o", tmp_path / "quantized.bc"],
+        ["compile", tmp_path / "quantized.bc", "-o", tmp_path / "model.hbm"]
+        + ["--march", "nash-e"],
+    ]
+    for step in steps:
+        res = hbir_command(*step)
+        assert res.returncode == 0, res.stderr
+        assert res.stderr == "" or "warn" not in res.stderr.lower(), res.stderr
+    x = np.load(out / "x.npy")
+    for name in ("qat.bc", "quantized.bc", "model.hbm"):
+        ours, theirs = hbir.load(tmp_path / name), hbir.load(out / name)
+        np.testing.assert_array_equal(ours[0](x), theirs[0](x))
+    assert (tmp_path / "model.hbm").read_bytes() == (out / "model.hbm").read_bytes()
+
+    res = hbir_command(
+        "verify", out / "quantized.bc", tmp_path / "model.hbm", "-i", out / "x.npy"
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"bit-identical: all {x.shape[0] * 10} elements of 1 output(s)" in res.stdout
+
+    program = hbir.load(tmp_path / "model.hbm").program
+    code = program.functions[0]
+    index = next(
+        i
+        for i, ins in enumerate(code.instructions)
+        if ins.fields.get("multiplier", -1) >= 0
+        and code.constants[ins.fields["multiplier"]].size > 1
+    )
+    code.constants[code.instructions[index].fields["multiplier"]][0] //= 2
+    container.write(program, tmp_path / "bad.hbm")
+    res = hbir_command(
+        "verify", out / "quantized.bc", tmp_path / "bad.hbm", "-i", out / "x.npy"
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "not bit-identical: _output_0" in res.stdout
+    assert f"first mismatching instruction: #{index} " in res.stdout
+    assert "digits_e2e.py:" in res.stdout  # the torch source line
+
+    res = hbir_command(
+        "run", tmp_path / "model.hbm", "-i", out / "x.npy", "-o", tmp_path / "out.npz"
+    )
+    assert res.returncode == 0, res.stderr
+    saved = np.load(tmp_path / "out.npz")["_output_0"]
+    np.testing.assert_array_equal(saved, hbir.load(out / "quantized.bc")[0](x))
+    res = hbir_command("perf", tmp_path / "model.hbm", "--out-dir", tmp_path / "perf")
+    assert res.returncode == 0 and "FPS=" in res.stdout, res.stderr
+    assert (tmp_path / "perf" / "model.json").exists()
 
 
 def test_quickstart(tmp_path):

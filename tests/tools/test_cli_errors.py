@@ -5,6 +5,7 @@ process: any exception other than SystemExit fails the test."""
 
 import re
 
+import numpy as np
 import pytest
 import torch
 from zoo_stages import calibrated
@@ -26,11 +27,38 @@ def files(tmp_path_factory):
     hbm = hbir.compile(quantized, d / "model.hbm")
     torch.save(qat, d / "qat.pt")
     torch.save([example], d / "data.pt")
+    np.save(d / "x.npy", example[0].numpy())
+    torch.save(qat.state_dict(), d / "state.pt")
+    (d / "factory.py").write_text(FACTORY)
+    (d / "folder.hbm").mkdir()
     (d / "notes.txt").write_text("not a model")
     (d / "a_file").write_text("x")
     listing = hbm_text.disassemble(hbm.program)
     (d / "model.hbms").write_text(listing)
     return d
+
+
+FACTORY = """
+import tempfile
+
+import zoo
+from hbir.quantization import prepare
+
+
+def mobilenet():
+    model, example = zoo.build("mobilenet")
+    return prepare(model, example, zoo.qconfig("mobilenet"), out_dir=tempfile.mkdtemp())
+
+
+def boom():
+    raise ValueError("not today")
+
+
+def three():
+    return 3
+"""
+
+EXPORT = ["export", "--data", "{d}/data.pt", "-o", "{d}/out.bc", "--qat"]
 
 
 def _run(main, args, capsys):
@@ -79,7 +107,107 @@ CASES = {
         hbir_cli.main,
         ["bisect", "--qat-bc", "{d}/qat.bc", "--data", "{d}/data.pt"]
         + ["--reference", "{d}/notes.txt", "--threshold", "0.1"],
-        "notes.txt: cannot read the QAT model: not a torch.save file",
+        "notes.txt: cannot read qat.pt: not a torch.save file",
+    ),
+    "export a state_dict without --model": (
+        hbir_cli.main,
+        [*EXPORT, "{d}/state.pt"],
+        "state.pt is a state_dict .*--model module:factory",
+    ),
+    "export --model of another architecture": (
+        hbir_cli.main,
+        [*EXPORT, "{d}/state.pt", "--model", "{d}/factory.py:mobilenet"],
+        "state.pt does not fit the model --model .*factory.py:mobilenet builds",
+    ),
+    "export --model that raises": (
+        hbir_cli.main,
+        [*EXPORT, "{d}/state.pt", "--model", "{d}/factory.py:boom"],
+        "factory.py:boom: calling it failed: ValueError: not today",
+    ),
+    "export --model returning no model": (
+        hbir_cli.main,
+        [*EXPORT, "{d}/state.pt", "--model", "{d}/factory.py:three"],
+        "factory.py:three: returned int, not a torch model",
+    ),
+    "export --model without a factory": (
+        hbir_cli.main,
+        [*EXPORT, "{d}/state.pt", "--model", "{d}/factory.py"],
+        "expected module:name",
+    ),
+    "export --model missing attribute": (
+        hbir_cli.main,
+        [*EXPORT, "{d}/state.pt", "--model", "{d}/factory.py:nothing"],
+        "factory.py has no attribute 'nothing'",
+    ),
+    "export --model missing module": (
+        hbir_cli.main,
+        [*EXPORT, "{d}/state.pt", "--model", "no_such_module_here:build"],
+        "cannot import no_such_module_here",
+    ),
+    "export -o model.hbm": (
+        hbir_cli.main,
+        ["export", "--qat", "{d}/qat.pt", "--data", "{d}/data.pt", "-o", "{d}/x.hbm"],
+        "qat.bc is written as .bc or .mlir",
+    ),
+    "convert model.hbm": (
+        hbir_cli.main,
+        ["convert", "{d}/model.hbm", "-o", "{d}/q.bc"],
+        "model.hbm: a compiled model .*takes qat.bc",
+    ),
+    "convert a missing file": (
+        hbir_cli.main,
+        ["convert", "{d}/missing.bc", "-o", "{d}/q.bc"],
+        "missing.bc: no such file",
+    ),
+    "convert --march unknown": (
+        hbir_cli.main,
+        ["convert", "{d}/qat.bc", "-o", "{d}/q.bc", "--march", "bayes"],
+        "invalid choice: 'bayes'",
+    ),
+    "compile -o a .bc": (
+        hbir_cli.main,
+        ["compile", "{d}/quantized.bc", "-o", "{d}/m.bc"],
+        "model.hbm is written as .hbm",
+    ),
+    "compile -o a folder": (
+        hbir_cli.main,
+        ["compile", "{d}/quantized.bc", "-o", "{d}/folder.hbm"],
+        "folder.hbm: a folder",
+    ),
+    "compile -o into a missing folder": (
+        hbir_cli.main,
+        ["compile", "{d}/quantized.bc", "-o", "{d}/nowhere/m.hbm"],
+        "no such folder",
+    ),
+    "compile qat.bc": (
+        hbir_cli.main,
+        ["compile", "{d}/qat.bc", "-o", "{d}/m.hbm"],
+        "compile takes a converted model .*run hbir.convert",
+    ),
+    "run notes.txt": (
+        hbir_cli.main,
+        ["run", "{d}/notes.txt", "-i", "{d}/x.npy"],
+        "unsupported model type '.txt'",
+    ),
+    "run -i notes.txt": (
+        hbir_cli.main,
+        ["run", "{d}/model.hbm", "-i", "{d}/notes.txt"],
+        "inputs are .npy files",
+    ),
+    "perf quantized.bc": (
+        hbir_cli.main,
+        ["perf", "{d}/quantized.bc"],
+        "compile it first",
+    ),
+    "verify a missing model": (
+        hbir_cli.main,
+        ["verify", "{d}/quantized.bc", "{d}/missing.hbm", "-i", "{d}/x.npy"],
+        "missing.hbm: no such file",
+    ),
+    "hbir-opt -o model.hbm": (
+        hbir_opt.main,
+        ["{d}/quantized.bc", "-o", "{d}/m.hbm"],
+        "a model.hbm is compiled by 'hbir compile",
     ),
     "hbir-opt .hbms -o into a file": (
         hbir_opt.main,

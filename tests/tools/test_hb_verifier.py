@@ -291,8 +291,10 @@ def test_bc_hbm_pair_is_consistent(resnet, resnet_hbm, capsys):
         "Mismatched Elements",
         "Max Abs Diff",
         "Max Rel Diff",
+        "Bit Identical",
     ]
-    assert table[1] == ["_output_0", "True", "0/20 (0.00%)", "0", "0"]
+    assert table[1] == ["_output_0", "True", "0/20 (0.00%)", "0", "0", "True"]
+    assert "bit-identical: all 20 elements of 1 output(s)" in out
     assert "first mismatching" not in out
 
 
@@ -358,7 +360,11 @@ def test_corrupted_requantization_is_inconsistent_and_traced(
         "False",
         f"{mismatched}/{expected.size} ({100 * mismatched / expected.size:.2f}%)",
     ]
-    assert row[3] == f"{max_abs:.6g}"
+    assert row[3] == f"{max_abs:.6g}" and row[5] == "False"
+    assert (
+        f"not bit-identical: _output_0: {mismatched} of {expected.size} elements "
+        "differ" in out
+    )
     names = {n: o.name for n, o in op_ids(quantized[0].op).items()}
     assert (
         f"first mismatching instruction: #{index} conv computes %{op_id} "
@@ -374,6 +380,34 @@ def test_loose_digits_accept_a_small_difference(resnet, corrupted_hbm, capsys):
         capsys, "-m", f"{folder}/quantized.bc,{path}", "-i", folder / "x.npy", "-c", "0"
     )
     assert status == 0 and rows(out)[1][1] == "True"  # every element within 1
+    assert rows(out)[1][5] == "False"  # but not bit-identical, and it says so
+    assert "not bit-identical: _output_0" in out
+
+
+def test_qat_bc_against_model_hbm_prints_no_trace_of_other_ops(
+    resnet, resnet_hbm, tmp_path, capsys
+):
+    """model.hbm's debug table numbers quantized.bc's ops: against qat.bc (other
+    IDs, float values) nothing is paired, and nothing is called a mismatch."""
+    folder, _ = resnet
+    qat_bc = hbir.load(folder / "qat.bc")
+    x = np.load(folder / "x.npy")
+    expected, got = qat_bc[0](x), hbir.load(resnet_hbm)[0](x)
+    identical = np.array_equal(expected, got)
+    status, out, _ = run(
+        capsys,
+        "-m",
+        f"{folder}/qat.bc,{resnet_hbm}",
+        "-i",
+        folder / "x.npy",
+        "--dump-all-nodes",
+        tmp_path,
+    )
+    assert "first mismatching" not in out
+    assert "was not compiled from qat.bc" in out
+    assert (rows(out)[1][5] == "True") == identical
+    assert ("bit-identical: all" in out) == identical
+    assert status == (0 if np.abs(expected - got).max() <= 1e-5 else 1)
 
 
 def test_dump_all_nodes_of_an_hbm_pair_pairs_files_by_op(
@@ -423,4 +457,4 @@ def test_nv12_model_takes_its_two_planes(tmp_path, tmp_path_factory, capsys):
         f"{tmp_path}/y.npy,{tmp_path}/uv.npy",
     )
     assert (status, err) == (0, "")
-    assert rows(out)[1] == ["_output_0", "True", "0/10 (0.00%)", "0", "0"]
+    assert rows(out)[1] == ["_output_0", "True", "0/10 (0.00%)", "0", "0", "True"]

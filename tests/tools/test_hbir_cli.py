@@ -99,11 +99,20 @@ def test_doctor_takes_the_nv12_stage_and_finds_a_wrong_mode(tmp_path):
 
 
 def test_doctor_refuses_a_file_that_is_not_a_qat_model(tmp_path):
+    torch.save([torch.zeros(2)], tmp_path / "qat.pt")
+    torch.save(torch.zeros(2, 3), tmp_path / "data.pt")
+    run = _doctor("--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt")
+    assert run.returncode == 1
+    assert "expected qat.pt, a prepared model or its state_dict" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_doctor_asks_for_the_model_of_a_state_dict(tmp_path):
     torch.save({"weight": torch.zeros(2)}, tmp_path / "qat.pt")
     torch.save(torch.zeros(2, 3), tmp_path / "data.pt")
     run = _doctor("--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt")
     assert run.returncode == 1
-    assert "expected the prepared model" in run.stderr
+    assert "is a state_dict" in run.stderr and "--model module:factory" in run.stderr
     assert "Traceback" not in run.stderr
 
 
