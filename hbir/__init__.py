@@ -4,10 +4,15 @@ The public face: load and save models, inspect and run them. Importing ``hbir``
 does not import torch; running a model (``Function.feed``) does.
 """
 
+import os
 import sys
 import types
 
-from hbir.errors import (
+from hbir import source_tree
+
+source_tree.use(os.path.dirname(__file__))  # a checkout's own subpackages
+
+from hbir.errors import (  # noqa: E402
     HbirError,
     HbirFileError,
     HbirOutputError,

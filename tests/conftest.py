@@ -11,8 +11,9 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 def _load_shared(name: str) -> None:
     """Make tests/<name>.py importable as ``name`` (the model zoo and its stages).
 
-    Loaded by path rather than by putting tests/ on sys.path, where the tests/hbir
-    folder would shadow the hbir package itself.
+    Loaded by path rather than by putting tests/ on sys.path, so that no test
+    folder can ever stand in for a package (the tests of hbir/ live in
+    tests/core for that reason).
     """
     path = os.path.join(os.path.dirname(__file__), f"{name}.py")
     spec = importlib.util.spec_from_file_location(name, path)

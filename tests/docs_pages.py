@@ -19,11 +19,6 @@ import textwrap
 from collections import OrderedDict
 from pathlib import Path
 
-# Run as a script, this folder is sys.path[0], where tests/hbir would shadow the hbir
-# package: drop it.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
-
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

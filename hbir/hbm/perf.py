@@ -17,7 +17,10 @@ numbers are read back and summed:
   and stores, and the CPU islands, which work in DDR; views move nothing;
 * **SRAM peak** and **DDR peak** are the memory plan's (``npu-plan-memory``);
 * a **layer** is the instructions of one torch call (their debug entries share a
-  location), with busy cycles per unit.
+  location), with busy cycles per unit; the CPU instructions of a call are a
+  layer of their own (``cpu_op`` names the op, e.g. the output's
+  ``qnt.dequantize``), so a CPU island's time is never billed to the NPU layer
+  whose location it shares.
 
 These are estimates from assumed march parameters (``docs/compile.md``), for
 comparing models and schedules, not measurements.
@@ -62,6 +65,7 @@ class LayerCost:
     start: int = 0
     end: int = 0
     ddr_bytes: int = 0
+    cpu_op: str = ""  # a CPU island: the quantized.bc op it runs ("" on the NPU)
 
     @property
     def cycles(self) -> int:
@@ -111,15 +115,20 @@ def ddr_bytes(instruction: Instruction, code: FunctionCode) -> int:
 
 def estimate(code: FunctionCode, npu: NpuModel) -> FunctionCost:
     """The cost of one function (see the module)."""
-    layers: dict[str, LayerCost] = {}
+    layers: dict[tuple[str, str], LayerCost] = {}
     units: dict[str, int] = {}
     for instruction, debug in zip(code.instructions, code.debug, strict=True):
         name = layer_name(debug)
-        layer = layers.get(name)
+        cpu_op = debug.op if instruction.unit == "cpu" else ""
+        layer = layers.get((name, cpu_op))
         mnemonic = BY_NUMBER[instruction.opcode].name
         if layer is None:
-            layer = layers[name] = LayerCost(
-                name, mnemonic, start=instruction.start, end=instruction.end
+            layer = layers[name, cpu_op] = LayerCost(
+                name,
+                mnemonic,
+                start=instruction.start,
+                end=instruction.end,
+                cpu_op=cpu_op,
             )
         computed = any(unit in COMPUTE_UNITS for unit in layer.units)
         if instruction.unit in COMPUTE_UNITS and not computed:
@@ -229,7 +238,8 @@ def _chart(function: dict) -> str:
     for row, layer in enumerate(layers):
         y = row * _ROW + 2
         name = html.escape(layer["name"])
-        label = html.escape(f"{short_name(layer['name'])} {layer['opcode']}")
+        island = f" ({layer['cpu_op']})" if layer["cpu_op"] else ""
+        label = html.escape(f"{short_name(layer['name'])} {layer['opcode']}{island}")
         parts.append(
             f'<text x="{_LABEL - 6}" y="{y + 12}" text-anchor="end">{label}</text>'
         )

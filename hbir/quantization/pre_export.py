@@ -17,6 +17,7 @@ from torch import nn
 from hbir.errors import HbirError
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.lut_modules import LutModule
+from hbir.quantization.states import warn_uncalibrated
 
 
 class PreExportError(HbirError, ValueError):
@@ -47,6 +48,7 @@ def pre_export(model: nn.Module) -> nn.Module:
     float function for diagnosis. The model must be in eval mode with observers off.
     """
     check_frozen(model, "pre_export")
+    warn_uncalibrated(model, "pre_export")
     exported = copy.deepcopy(model)
     for m in exported.modules():
         if isinstance(m, LutModule):

@@ -3,14 +3,16 @@
 ``get_asm``'s reference form of an exported and a converted model, and the generic
 form of every op; MLIR's output with debug info (location aliases) parses back.
 
-Runs when ``iree-opt`` (pip package ``iree-base-compiler``) is installed: on PATH,
-or named by the ``HBIR_IREE_OPT`` environment variable. It is a 500 MB download,
-so the default test install does not pull it.
+``iree-opt`` comes with the test extra (pip package ``iree-base-compiler``): found
+beside this Python (its venv's scripts), else on PATH, or named by the
+``HBIR_IREE_OPT`` environment variable; without it the tests skip, saying how to
+install it.
 """
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,10 +22,15 @@ from hbir.dialects import make_context
 from hbir.files import print_module
 
 ROUNDTRIP = Path(__file__).parents[1] / "filecheck" / "dialects" / "roundtrip.mlir"
-IREE_OPT = os.environ.get("HBIR_IREE_OPT") or shutil.which("iree-opt")
+IREE_OPT = (
+    os.environ.get("HBIR_IREE_OPT")
+    or shutil.which("iree-opt", path=os.path.dirname(sys.executable))
+    or shutil.which("iree-opt")
+)
 
 pytestmark = pytest.mark.skipif(
-    IREE_OPT is None, reason="iree-opt not installed (pip install iree-base-compiler)"
+    IREE_OPT is None,
+    reason='iree-opt not installed: pip install -e ".[test]" (iree-base-compiler)',
 )
 
 

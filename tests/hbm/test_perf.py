@@ -150,3 +150,27 @@ def test_the_chart_renders_in_a_headless_browser(linear_hbm, tmp_path):
     blue = np.all(pixels == TAE_BLUE, axis=-1)
     # The tae segment (560 * 53 / 1183 = 25 px wide); the legend's swatch is 12.
     assert blue.sum(axis=1).max() >= 20
+
+
+def test_cpu_instructions_are_their_own_layer(tmp_path_factory):
+    """The digits model's output dequantize runs on the CPU under the last
+    linear's location: its cycles are a layer of their own (cpu_op), and the NPU
+    layer of that location has no CPU time."""
+    import compile_models
+
+    _, _, hbm, _ = compile_models.compiled("digits", tmp_path_factory)
+    code = hbm.program.functions[0]
+    cost = estimate(code, get_npu(hbm.march))
+    cpu = {
+        debug.op: instruction.end - instruction.start
+        for instruction, debug in zip(code.instructions, code.debug, strict=True)
+        if instruction.unit == "cpu"
+    }
+    islands = {layer.cpu_op: layer for layer in cost.layers if layer.cpu_op}
+    assert set(islands) == set(cpu) and "qnt.dequantize" in islands
+    for op, layer in islands.items():
+        assert layer.units == {"cpu": cpu[op]} and layer.opcode == "cpu_call"
+    npu_names = {layer.name for layer in cost.layers if not layer.cpu_op}
+    output = islands["qnt.dequantize"]
+    assert output.name in npu_names  # it shares the last layer's location
+    assert all("cpu" not in layer.units for layer in cost.layers if not layer.cpu_op)

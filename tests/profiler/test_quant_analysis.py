@@ -211,7 +211,8 @@ def test_wrong_uses_are_refused(corrupted, tmp_path):
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None, reason="ray is not installed"
+    importlib.util.find_spec("ray") is None,
+    reason='ray not installed: pip install -e ".[test]" (ray)',
 )
 def test_ray_backend_gives_the_process_result(corrupted, tmp_path):
     _, qat_bc, quantized = corrupted

@@ -139,10 +139,52 @@ def test_state_must_be_a_fake_quant_state(model_and_qat):
 def test_validation_before_any_calibration_warns_and_names_the_fake_quants(
     model_and_qat,
 ):
+    """Caught at the first VALIDATION forward (not when the state is set: a
+    checkpoint may still be loaded), once, and again by pre_export."""
+    import warnings
+
+    from hbir.quantization import pre_export
+
     _, qat = model_and_qat
     qat.eval()
-    with pytest.warns(UserWarning, match=r"have observed nothing \(.*fc"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    with pytest.warns(
+        UserWarning,
+        match=r"VALIDATION: \d+ fake quant\(s\) have "
+        r"observed nothing \(.*fc.*CALIBRATION",
+    ):
+        qat(_data())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        qat(_data())  # once
+    with pytest.warns(UserWarning, match=r"pre_export: \d+ fake quant\(s\)"):
+        pre_export(qat)
+
+
+def test_a_checkpoint_loaded_after_validation_is_set_is_not_a_false_alarm(
+    model_and_qat, tmp_path
+):
+    import warnings
+
+    _, qat = model_and_qat
+    qat.eval()
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        qat(_data())
+    state = qat.state_dict()
+    fresh = prepare(Net().eval(), _data(), out_dir=tmp_path)
+    fresh.eval()
+    set_fake_quantize(fresh, FakeQuantState.VALIDATION)
+    fresh.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = fresh(_data())
+    torch.save(fresh, tmp_path / "whole.pt")  # the hook pickles
+    assert torch.equal(
+        torch.load(tmp_path / "whole.pt", weights_only=False)(_data()), out
+    )
 
 
 def test_a_calibrated_scale_of_exactly_1_is_not_an_uncalibrated_one(tmp_path):
