@@ -25,7 +25,7 @@ def doctor(ns) -> int:
     from hbir.profiler.doctor import load_inputs, load_qat_model
 
     data = load_inputs(ns.data)
-    qat = load_qat_model(ns.qat, ns.model, data[0])
+    qat = load_qat_model(ns.qat, ns.model, data[0], ns.qconfig)
     qat_bc = _load_bc(ns.qat_bc, "--qat-bc") if ns.qat_bc else None
     quantized = _load_bc(ns.quantized_bc, "--quantized-bc") if ns.quantized_bc else None
     nv12 = _load_bc(ns.nv12_bc, "--nv12-bc") if ns.nv12_bc else None
@@ -59,7 +59,9 @@ def bisect(ns) -> int:
         if ns.reference.endswith((".bc", ".mlir", ".hbm")):
             reference_model = _load_bc(ns.reference, "--reference")
         else:
-            reference_model = load_qat_model(ns.reference, ns.model, data[0])
+            reference_model = load_qat_model(
+                ns.reference, ns.model, data[0], ns.qconfig
+            )
         reference = reference_outputs(reference_model, data)
         found = bisect_float_fallback(
             qat_bc,

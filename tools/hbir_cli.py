@@ -70,12 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "batch is the example, which fixes qat.bc's batch size.",
     )
     p.add_argument("--qat", required=True, help=QAT_PT)
-    p.add_argument("--model", help=MODEL_FACTORY)
-    p.add_argument(
-        "--qconfig",
-        help="module:name of the QConfig / QconfigSetter to "
-        "prepare a float --model with (default get_qconfig())",
-    )
+    _model_args(p)
     p.add_argument("--data", required=True, help=DATA)
     p.add_argument("-o", "--output", required=True, help="qat.bc (or .mlir) to write")
 
@@ -168,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         "its numeric contract, its first op and the cause.",
     )
     p.add_argument("--qat", required=True, help=QAT_PT + " (in VALIDATION)")
-    p.add_argument("--model", help=MODEL_FACTORY)
+    _model_args(p)
     p.add_argument("--data", required=True, help=DATA)
     p.add_argument("--qat-bc", help="qat.bc (default: export qat.pt)")
     p.add_argument("--quantized-bc", help="quantized.bc (default: convert)")
@@ -197,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--reference", required=True, help="the model to recover: qat.pt or a .bc"
     )
-    p.add_argument("--model", help=MODEL_FACTORY + " (a state_dict --reference)")
+    _model_args(p)
     p.add_argument("--threshold", required=True, type=float)
     p.add_argument("--metric", default="Atol")
     p.add_argument("--march", default="nash-e", choices=MARCHES)
@@ -207,6 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the edited qat.bc itself (the error is already in qat.bc)",
     )
     return parser
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help=MODEL_FACTORY)
+    p.add_argument(
+        "--qconfig",
+        help="module:name of the QConfig / QconfigSetter to prepare a float --model "
+        "with (default get_qconfig())",
+    )
 
 
 def _inputs(p: argparse.ArgumentParser) -> None:

@@ -674,9 +674,11 @@ def load_inputs(path: str) -> list[tuple]:
     )
 
 
-def load_qat_model(path: str, factory: str | None = None, example_inputs=None):
+def load_qat_model(
+    path: str, factory: str | None = None, example_inputs=None, qconfig=None
+):
     """qat.pt: a prepared model saved whole, or its ``state_dict`` with the
     ``module:factory`` that builds the model (``hbir.quantization.checkpoint``)."""
     from hbir.quantization.checkpoint import load_qat
 
-    return load_qat(path, factory, example_inputs)
+    return load_qat(path, factory, example_inputs, qconfig)

@@ -161,6 +161,11 @@ def test_every_stage_from_the_shell_on_the_digits_artifacts(digits, tmp_path):
     assert res.returncode == 0, res.stderr
     saved = np.load(tmp_path / "out.npz")["_output_0"]
     np.testing.assert_array_equal(saved, hbir.load(out / "quantized.bc")[0](x))
+    res = hbir_command(
+        "doctor", "--qat", out / "qat.pt", *model, "--data", out / "x.npy"
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "every stage is within its contract" in res.stdout
     res = hbir_command("perf", tmp_path / "model.hbm", "--out-dir", tmp_path / "perf")
     assert res.returncode == 0 and "FPS=" in res.stdout, res.stderr
     assert (tmp_path / "perf" / "model.json").exists()
