@@ -118,6 +118,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
     each pass's time to it; ``verify_passes=False`` skips the IR verification
     after each pass (the emitted program is verified all the same).
     """
+    from hbir import fast_feed
     from hbir.hbm import Hbm, container, verify
     from hbir.hbm.emit import emit
 
@@ -133,9 +134,13 @@ def compile(  # noqa: A001 - the reference toolchain's name
             raise diagnostics.HbirError(f"hbir.compile: emitted {place}: {what}")
 
         verify.verify_program(program, fail)
-        return Hbm(program)
-    container.write(program, path)  # verifies it first
-    return Hbm(program, os.fspath(path))
+        hbm = Hbm(program)
+    else:
+        container.write(program, path)  # verifies it first
+        hbm = Hbm(program, os.fspath(path))
+    if opt == 2 and march == m.march:  # the program quantized.bc's feed runs
+        fast_feed.remember(m.module.op, hbm)
+    return hbm
 
 
 def run_passes(module: Module, passes, on_pass=None, verify: bool = True) -> None:

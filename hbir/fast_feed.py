@@ -9,8 +9,8 @@ share one fast engine: each kernel and each fusion exists once (the fusions as
 npu-fuse's IR rewrites), and the interpreter (``runtime/interpreter.py``) stays
 the op-by-op reference both are proved against.
 
-The program is built on the first feed and cached on the module, and built again
-when its IR changes (the test of ``runtime/plan.py``'s ``Snapshot``). A model the
+The program is built on the first feed (or taken from ``hbir.compile``, which
+made the same one) and cached on the module, and built again when its IR changes (the test of ``runtime/plan.py``'s ``Snapshot``). A model the
 compile phase refuses (one with fake quantization left, or an integer op no npu
 rule takes and the op table places nowhere) runs as the interpreter's prepared
 plan instead: the same numbers, more slowly; :func:`engine` says which and why.
@@ -86,6 +86,20 @@ def _built(module: ModuleOp) -> _Built | None:
     built = _Built(key, snapshots, sims, reason)
     module.__dict__[_CACHE] = built
     return built
+
+
+def remember(module: ModuleOp, hbm) -> None:
+    """``hbm`` (an ``Hbm`` that ``hbir.compile`` just made from ``module``, for
+    the march the module records, at the default opt) is the program the fast
+    feed would build: cache it, so the next feed does not compile again."""
+    from hbir.runtime.plan import Snapshot
+
+    functions = [f for f in module.body.block.ops if isinstance(f, FuncOp)]
+    sims = {f.name: f._sim for f in hbm.functions}
+    if len(sims) != len(functions) or _lowered(module):
+        return
+    snapshots = tuple(Snapshot.of(f) for f in functions)
+    module.__dict__[_CACHE] = _Built(_key(module), snapshots, sims, "")
 
 
 def _lowered(module: ModuleOp) -> bool:

@@ -36,6 +36,8 @@ import hbir
 from hbir import files
 from hbir.bc_editor import ConfigError, read_config
 
+pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+
 SECONDS = 5.0
 MEGABYTES = 300
 

@@ -293,9 +293,9 @@ class HbirOptMain(xDSLOptMain):
         path = self.args.output_file
         if path is not None and path.endswith(".hbm"):
             raise files.HbirFileError(
-                f"{path}: hbir-opt writes IR (.bc, .mlir); a model.hbm is compiled "
-                f"by 'hbir compile {self.args.input_file or 'quantized.bc'} -o "
-                f"{path} --march nash-e' (or hbir.compile in Python)"
+                f"{path}: hbir-opt writes .bc or .mlir (IR); a model.hbm is compiled "
+                f"from quantized.bc by 'hbir compile quantized.bc -o {path} "
+                "--march nash-e' (or hbir.compile in Python)"
             )
         if path is not None and os.path.splitext(path)[1] not in files.SUFFIXES:
             raise files.HbirFileError(

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 

@@ -14,6 +14,8 @@ import torch
 from perception_suite import MODELS
 from test_timm import case_pool, check_contract
 
+pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+
 torch.set_num_threads(1)
 
 LEVELS = [(None, 3), (2, 1)]

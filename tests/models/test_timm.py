@@ -24,6 +24,8 @@ import pytest
 import torch
 from timm_suite import COMPILE_REFUSED, MODELS, run_case
 
+pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+
 torch.set_num_threads(1)
 
 

@@ -104,6 +104,29 @@ def test_conv_epilogue_equals_the_int64_reference(left, fused):
     assert ("_fused" in conv.fields) == fused
 
 
+def test_compile_hands_its_program_to_quantized_bc_s_feed():
+    """hbir.compile made the program feed would build: feed runs it without
+    compiling again, until the IR changes."""
+    w = RNG.integers(-128, 127, (4, 8, 3, 3), endpoint=True).astype(np.int8)
+    bias = RNG.integers(-(2**10), 2**10, 4)
+    m, s = numerics.requantize_multipliers(RNG.uniform(2.0**-14, 2.0**-10, 4))
+    model = hbir.Module.parse(conv_chain(w, bias, 6, m, s))
+    model.module.op.attributes["hbir.march"] = StringAttr("nash-e")
+    hbm = hbir.compile(model)
+    assert simulator(model.module.op, "forward") is hbm["forward"]._sim
+    x = RNG.integers(-128, 127, (1, 8, 6, 6), endpoint=True).astype(np.int8)
+    got = model[0].feed({"_input_0": x})["_output_0"]
+    np.testing.assert_array_equal(got, chain_reference(x, w, bias, 6, m, s))
+    hbir.compile(model, opt=0)  # another program: not the feed's
+    assert simulator(model.module.op, "forward") is hbm["forward"]._sim
+    last = model[0].op.body.block.last_op.operands[0].owner  # the ReLU clamp
+    last.properties["clip"] = DenseArrayBase.from_list(i64, [0, 3])
+    assert simulator(model.module.op, "forward") is not hbm["forward"]._sim
+    got = model[0].feed({"_input_0": x})["_output_0"]
+    expected = np.minimum(chain_reference(x, w, bias, 6, m, s), 3)
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_a_large_conv_takes_onednn_and_blocked_float64_and_stays_exact():
     """A conv of 38M multiply-adds (oneDNN's int8 conv) with 64K outputs (the
     certified float64 requantization, block by block), weights whose sums may

@@ -207,7 +207,7 @@ CASES = {
     "hbir-opt -o model.hbm": (
         hbir_opt.main,
         ["{d}/quantized.bc", "-o", "{d}/m.hbm"],
-        "a model.hbm is compiled by 'hbir compile",
+        "a model.hbm is compiled from quantized.bc by .hbir compile",
     ),
     "hbir-opt .hbms -o into a file": (
         hbir_opt.main,

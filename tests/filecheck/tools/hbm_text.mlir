@@ -29,5 +29,5 @@
 // FIELD: bad_field.hbms:16:74: error: field 'acc_bits' takes kind i64
 // ARENA: outside_arena.hbms:9:3: error: bytes 100..164 are outside the sram arena of 128 bytes
 // PASSES: hbir-opt: error: {{.*}}.hbm: a compiled model takes no passes
-// OUT: hbir-opt: error: {{.*}}.hbm: hbir-opt writes .bc or .mlir
+// OUT: hbir-opt: error: {{.*}}.hbm: hbir-opt writes .bc or .mlir (IR); a model.hbm is compiled from quantized.bc by 'hbir compile quantized.bc -o
 // OUTHBM: hbir-opt: error: {{.*}}.bc: a compiled model is written as .hbm (binary) or .hbms (text)
