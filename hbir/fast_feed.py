@@ -10,8 +10,9 @@ npu-fuse's IR rewrites), and the interpreter (``runtime/interpreter.py``) stays
 the op-by-op reference both are proved against.
 
 The program is built on the first feed (or taken from ``hbir.compile``, which
-made the same one) and cached on the module, and built again when its IR changes (the test of ``runtime/plan.py``'s ``Snapshot``). A model the
-compile phase refuses (one with fake quantization left, or an integer op no npu
+made the same one) and cached on the module, and built again when its IR
+changes (the test of ``runtime/plan.py``'s ``Snapshot``). A model the compile
+phase refuses (one with fake quantization left, or an integer op no npu
 rule takes and the op table places nowhere) runs as the interpreter's prepared
 plan instead: the same numbers, more slowly; :func:`engine` says which and why.
 Should the compile phase itself fail (a compiler bug), feed warns and runs the
