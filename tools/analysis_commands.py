@@ -30,6 +30,7 @@ def doctor(ns) -> int:
     quantized = _load_bc(ns.quantized_bc, "--quantized-bc") if ns.quantized_bc else None
     nv12 = _load_bc(ns.nv12_bc, "--nv12-bc") if ns.nv12_bc else None
     planes = load_inputs(ns.nv12_data) if ns.nv12_data else None
+    hbm = _load_hbm(ns.hbm, "--hbm") if ns.hbm else None
     result = diagnose(
         qat,
         data,
@@ -38,6 +39,7 @@ def doctor(ns) -> int:
         quantized_bc=quantized,
         nv12_quantized_bc=nv12,
         nv12_data=planes,
+        model_hbm=hbm,
         out_dir=ns.out_dir,
         progress=sys.stderr.isatty(),
     )
@@ -93,5 +95,19 @@ def _load_bc(path: str, flag: str):
         raise HbirFileError(
             f"{flag} {path}: a compiled model ({type(model).__name__}, model.hbm); "
             f"{flag} takes a .bc (qat.bc, quantized.bc)"
+        )
+    return model
+
+
+def _load_hbm(path: str, flag: str):
+    """The compiled model ``flag`` names; a ``.bc`` is refused by name."""
+    import hbir
+    from hbir.diagnostics import HbirFileError
+
+    model = hbir.load(path)
+    if not isinstance(model, hbir.Hbm):
+        raise HbirFileError(
+            f"{flag} {path}: an hbir model ({type(model).__name__}); {flag} takes "
+            "the compiled model.hbm (hbir compile quantized.bc -o model.hbm)"
         )
     return model

@@ -302,16 +302,10 @@ def output_node(model: Model, index: int) -> str:
 
 def compiled_from(bc: Model, hbm: Model) -> bool:
     """Whether ``hbm`` was compiled from ``bc``: its debug table names ops by the
-    IDs of the quantized.bc it came from, so every op it names must be there under
-    that ID (another model's IDs name other ops: qat.bc, another quantized.bc)."""
-    from hbir.dialects.op_ids import op_ids
+    IDs of the quantized.bc it came from (``profiler/compile_stage.py``)."""
+    from hbir.profiler.compile_stage import source_mismatch
 
-    ops = op_ids(bc.function.op)
-    return all(
-        d.op_ids[-1] in ops and ops[d.op_ids[-1]].name == d.op
-        for d in hbm.function.code.debug
-        if d.op_ids
-    )
+    return not source_mismatch(bc.function, hbm.function)
 
 
 def _where(op_id: int, op: str, loc: str) -> str:

@@ -176,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the NV12 planes of the same frames as --data (torch.save "
         "of a list of (y, uv) uint8 tensors, one per batch)",
     )
+    p.add_argument(
+        "--hbm",
+        help="model.hbm compiled from quantized.bc (or from --nv12-bc): the compile "
+        "stage",
+    )
     p.add_argument("--march", default="nash-e", choices=MARCHES)
     p.add_argument("--out-dir", help="write report.json and report.html here")
 

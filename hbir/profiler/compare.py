@@ -40,6 +40,7 @@ class LayerDiff:
     batches: int = 0
     hist: np.ndarray = field(default_factory=lambda: np.zeros(HIST_BINS, np.int64))
     mismatch: bool = False
+    instruction: int | None = None  # a compiled model's: the instruction's index
 
     @property
     def name(self) -> str:
@@ -126,6 +127,7 @@ class Comparison:
                     qscale,
                     lb.op_id if lb.op_id is not None else la.op_id,
                     (lb.origin or la.origin).source if (lb.origin or la.origin) else "",
+                    instruction=lb.instruction,
                 )
                 self.layers[key] = diff
             diff.add(la, lb)

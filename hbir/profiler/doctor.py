@@ -29,6 +29,7 @@ CAUSES = (
     "graph mismatch",
     "input preprocessing or layout",
     "march limit",
+    "stale or corrupted model.hbm",
     # an op qat.bc marks qnt.inexact, with its cause (qnt.INEXACT_CAUSES)
     *(f"inexact: {cause}" for cause in qnt.INEXACT_CAUSES),
     "tool bug",
@@ -72,6 +73,7 @@ class Finding:
     input: str | None = None
     location: str = ""
     baseline_op: str = ""
+    instruction: int | None = None  # model.hbm: the instruction computing the op
 
 
 @dataclass
@@ -143,7 +145,12 @@ class Diagnosis:
             f"first op: {op} in qat.bc '{f.hbir_op}' <- {f.layer} ({f.torch_op})",
             f"  torch source: {f.source or 'unknown'}",
         ]
-        if f.analysis_op_id is not None and f.analysis != "qat.bc":
+        if f.instruction is not None:
+            lines.append(
+                f"  in {f.analysis}: instruction #{f.instruction}, computing "
+                f"%{f.analysis_op_id} of quantized.bc"
+            )
+        elif f.analysis_op_id is not None and f.analysis != "qat.bc":
             lines.append(f"  in {f.analysis}: %{f.analysis_op_id}")
         lines.append(f"cause: {f.cause}: {f.detail}")
         return "\n".join(lines)
@@ -173,6 +180,7 @@ def diagnose(
     quantized_bc=None,
     nv12_quantized_bc=None,
     nv12_data: Iterable | None = None,
+    model_hbm=None,
     out_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> Diagnosis:
@@ -189,6 +197,10 @@ def diagnose(
     as NV12 planes, batch for batch: tuples in the order of its inputs, e.g. the
     ``(y, uv)`` of ``hbir.data.rgb_to_nv12``. Its contract with quantized.bc is
     checked by ``profiler/nv12.py``.
+
+    ``model_hbm`` (an ``Hbm``, compiled from quantized.bc, or from
+    nv12_quantized.bc when that is given) ends the road: the compile stage
+    (``profiler/compile_stage.py``), exact, recorded through its debug table.
     """
     import hbir
     from hbir.quantization import export, pre_export
@@ -220,6 +232,11 @@ def diagnose(
         road[-1] = nv12.EntryStage("quantized.bc", quantized_bc, grids)
         road.append(nv12.Nv12Stage("nv12_quantized.bc", nv12_quantized_bc, grids))
         planes = iter(_batches(nv12_data))
+    if model_hbm is not None:
+        from hbir.profiler.compile_stage import HbmStage
+
+        source = road[-1].model
+        road.append(HbmStage("model.hbm", model_hbm, grids, source=source))
     nv12_check = nv12.Nv12Check()
     pairs = list(zip(road, road[1:], strict=False))
     comparisons = [Comparison() for _ in pairs]
@@ -230,7 +247,10 @@ def diagnose(
     for inputs in batches:
         feeds = [inputs] * len(road)
         if planes is not None:
-            feeds[-1] = _next_planes(planes, count)
+            frame = _next_planes(planes, count)
+            for i, stage in enumerate(road):  # the NV12 model and what it compiled to
+                if stage.name in ("nv12_quantized.bc", "model.hbm"):
+                    feeds[i] = frame
         records = [s.record(x) for s, x in zip(road, feeds, strict=True)]
         for (a, b), comp, ra, rb in zip(
             pairs, comparisons, records, records[1:], strict=False
@@ -405,7 +425,10 @@ def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
     ]
     order = list(comp.layers) + list(comp.only_analysis)
     differs = any(d.atol > 0 or d.mismatch for d in comp.layers.values())
-    if comp.only_analysis or (vanished and differs):
+    # A compiled model computes some ops only in tiles or fused into others: the
+    # values it does not have whole are not a different graph.
+    graph_checked = b.kind != "hbm"
+    if graph_checked and (comp.only_analysis or (vanished and differs)):
         extra = next(iter(comp.only_analysis), None)
         if extra is not None:
             layer = comp.only_analysis[extra]
@@ -427,6 +450,16 @@ def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
         )
     if kind == "nv12":
         return nv12_check.problem(a.name, b.name, b, order)
+    if b.kind == "hbm" and b.mismatch:
+        if not any(x > 0 for x in comp.output_atol):
+            return None
+        return (
+            next(iter(comp.only_baseline), ("?", 0)),
+            "stale or corrupted model.hbm",
+            f"model.hbm was not compiled from this {a.name}: {b.mismatch}; compile "
+            f"it again (hbir compile {a.name} -o model.hbm)",
+            None,
+        )
     if kind == "lut":
         for key in comp.layers:
             if key in unexplained:
@@ -460,6 +493,8 @@ def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
             continue
         if b.name == "quantized.bc":
             cause, detail = _convert_cause(key, d, quantized, fresh, a.model)
+        elif b.kind == "hbm":
+            cause, detail = b.cause(key, d)
         else:
             cause, detail = (
                 "tool bug",
@@ -614,18 +649,20 @@ def _finding(a, b, key, cause, detail, lsb, comp, ids, func) -> Finding:
     if origin is None and extra is not None:
         origin = extra.origin
     analysis_id = d.op_id if d is not None else (extra.op_id if extra else None)
+    instruction = d.instruction if d is not None else None
     return Finding(
         a.name,
         b.name,
         og.key_text(key),
         origin.torch_op if origin else (d.base_op_type if d else ""),
         ids.get(key),
-        analysis_id if b.kind == "hbir" else None,
+        analysis_id if b.kind in ("hbir", "hbm") else None,
         op.name if op is not None else "",
         origin.source if origin else "",
         cause,
         detail,
         lsb,
+        instruction=instruction,
     )
 
 

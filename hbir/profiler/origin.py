@@ -92,6 +92,7 @@ class Layer:
     quant_dtype: str = ""
     op_id: int | None = None  # %N in the HBIR model
     origin: Origin | None = None
+    instruction: int | None = None  # a compiled model: the instruction's index
 
 
 @dataclass
@@ -310,20 +311,16 @@ def record_hbir(
     on_layer: Callable | None = None,
     taps: Mapping[Operation, str] | None = None,
     on_op_first: Callable | None = None,
+    keep_codes: bool = False,
 ) -> Record:
     """Run an ``hbir.Function`` on ``feed``; every origin's value (see the module).
 
     ``taps`` also keeps the result of each given op under its name
     (``Record.taps``); ``on_op_first(op, results)`` runs before anything is
-    recorded, so it may rewrite a result in place."""
-    from hbir.dialects.hbir import tensor_type
-    from hbir.dialects.op_ids import op_ids
-
-    func_op = function.op
-    chosen = {op: key for key, op in layer_ops(func_op).items()}
-    ids = {op: n for n, op in op_ids(func_op).items()}
-    own = _dequantize_grids(func_op)
-    fq = fake_quant_grids(func_op)
+    recorded, so it may rewrite a result in place. ``keep_codes``: integer codes
+    of no known grid are kept as they are (compared code for code, as the
+    compile stage does) instead of left out."""
+    layers = _LayerMaker(function.op, grids, keep_codes)
     record = Record()
 
     def on_op(op, results):
@@ -331,37 +328,102 @@ def record_hbir(
             on_op_first(op, results)
         if taps and op in taps:
             record.taps[taps[op]] = np.array(results[0], copy=True)
-        key = chosen.get(op)
-        if key is None:
+        layer = layers.make(op, results[0])
+        if layer is None:
             return
-        y = results[0]
-        grid = _own_grid(op) or own.get(key) or fq.get(key) or (grids or {}).get(key)
-        if np.issubdtype(y.dtype, np.integer):
-            if grid is None or not grid.fits(y):
-                return  # codes of no known grid: nothing to compare
-            y = grid.dequantize(y)
-            dtype = f"qint{grid.bits}"
-        else:
-            y = y.astype(np.float32, copy=True)
-            element = tensor_type(op.results[0]).element_type
-            dtype = f"qint{grid.bits}" if grid is not None else str(element)
-        origin = origin_of(op)
-        layer = Layer(
-            key,
-            f"{origin.torch_op}[{op.name}]",
-            y,
-            grid.qscale if grid is not None else None,
-            dtype,
-            ids.get(op),
-            origin,
-        )
-        record.layers[key] = layer
+        record.layers[layer.key] = layer
         if on_layer is not None:
             on_layer(layer)
 
     out = function.feed(dict(feed), on_op=on_op)
     record.outputs = [np.asarray(v, dtype=np.float32) for v in out.values()]
     return record
+
+
+def record_hbm(
+    hbm_function,
+    source,
+    feed: Mapping[str, np.ndarray],
+    grids: Mapping[tuple[str, int], Grid] | None = None,
+    keep_codes: bool = False,
+) -> Record:
+    """Run a compiled function (``HbmFunction``) on ``feed``; every origin's value
+    as its instructions compute it. ``source`` is the ``hbir.Function`` of the
+    quantized.bc it was compiled from: the debug table names the op of that model
+    whose whole result an instruction's result is (``DebugEntry.value_of``, put
+    back in the op's layout by ``perm``), which gives the origin and the grid
+    exactly as ``record_hbir`` on ``source`` would."""
+    from hbir.dialects.op_ids import op_ids
+
+    layers = _LayerMaker(source.op, grids, keep_codes)
+    ops = op_ids(source.op)
+    record = Record()
+
+    def on_instruction(index, instruction, debug, results):
+        op = ops.get(debug.value_of) if debug.value_of is not None else None
+        if op is None:
+            return
+        value = results[0]
+        if debug.perm is not None:
+            value = np.transpose(value, debug.perm)
+        layer = layers.make(op, value)
+        if layer is not None:
+            layer.instruction = index
+            record.layers[layer.key] = layer
+
+    out = hbm_function.feed(dict(feed), on_instruction=on_instruction)
+    record.outputs = [np.asarray(v, dtype=np.float32) for v in out.values()]
+    return record
+
+
+class _LayerMaker:
+    """The ``Layer`` of an op's result: the op chosen for its origin
+    (``layer_ops``), its value in float on its grid (codes dequantized)."""
+
+    def __init__(self, func_op, grids, keep_codes: bool):
+        from hbir.dialects.op_ids import op_ids
+
+        self.chosen = {op: key for key, op in layer_ops(func_op).items()}
+        self.ids = {op: n for n, op in op_ids(func_op).items()}
+        self.own = _dequantize_grids(func_op)
+        self.fq = fake_quant_grids(func_op)
+        self.grids = grids or {}
+        self.keep_codes = keep_codes
+
+    def make(self, op: Operation, y: np.ndarray) -> Layer | None:
+        from hbir.dialects.hbir import tensor_type
+
+        key = self.chosen.get(op)
+        if key is None:
+            return None
+        grid = (
+            _own_grid(op)
+            or self.own.get(key)
+            or self.fq.get(key)
+            or self.grids.get(key)
+        )
+        if np.issubdtype(y.dtype, np.integer):
+            if grid is not None and grid.fits(y):
+                y, dtype = grid.dequantize(y), f"qint{grid.bits}"
+            elif self.keep_codes:
+                grid, dtype = None, f"{y.dtype} codes"
+                y = y.astype(np.float32)
+            else:
+                return None  # codes of no known grid: nothing to compare
+        else:
+            y = y.astype(np.float32, copy=True)
+            element = tensor_type(op.results[0]).element_type
+            dtype = f"qint{grid.bits}" if grid is not None else str(element)
+        origin = origin_of(op)
+        return Layer(
+            key,
+            f"{origin.torch_op}[{op.name}]",
+            y,
+            grid.qscale if grid is not None else None,
+            dtype,
+            self.ids.get(op),
+            origin,
+        )
 
 
 def run_replacing(

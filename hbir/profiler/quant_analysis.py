@@ -93,15 +93,20 @@ class QuantAnalysis:
                 + ", ".join(TYPES)
             )
         if analysis_model_type == "compile":
-            raise StageError(
-                "analysis_model_type 'compile': model.hbm analysis plugs in with "
-                "hbir.compile (not available in this build yet)"
+            self.baseline, self.analysis = _compile_stages(
+                baseline_model, analysis_model
             )
-        self.baseline = Stage("baseline", baseline_model)
-        self.analysis = Stage("analysis", analysis_model)
+        else:
+            self.baseline = Stage("baseline", baseline_model)
+            self.analysis = Stage("analysis", analysis_model)
         for stage in (self.baseline, self.analysis):
-            if stage.kind not in ("torch", "hbir"):
+            if stage.kind not in ("torch", "hbir", "hbm"):
                 raise StageError(f"cannot analyse a {stage.kind}")
+            if stage.kind == "hbm" and analysis_model_type != "compile":
+                raise StageError(
+                    f"a model.hbm is analysed with analysis_model_type 'compile' "
+                    f"(against its quantized.bc), not {analysis_model_type!r}"
+                )
         self.analysis_model_type = analysis_model_type
         self.device_ids = device_ids
         self.post_process = post_process
@@ -346,6 +351,12 @@ class QuantAnalysis:
     ) -> dict[str, list[list]]:
         """Per output, every op's sensitivity (see the module); writes
         ``output_<name>_<metric>_sensitive_ops.txt`` and ``.pt``."""
+        if self.analysis.kind == "hbm":
+            raise QuantAnalysisError(
+                "sensitivity toggles the ops of a torch model or a .bc; a model.hbm "
+                "is exact against its quantized.bc or broken at one instruction: "
+                "compare_per_layer (or hbir doctor --hbm) names it"
+            )
         import torch
 
         metric = metrics.canonical(metric)
@@ -494,6 +505,27 @@ class QuantAnalysis:
     def clean(self) -> None:
         """Remove ``out_dir`` and what it holds."""
         shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+def _compile_stages(quantized, hbm) -> tuple[Stage, Stage]:
+    """The compile pair: quantized.bc and the model.hbm compiled from it, codes
+    compared with codes."""
+    from hbir.hbm import Hbm
+    from hbir.profiler.compile_stage import HbmStage
+
+    if not _converted(quantized):
+        raise StageError(
+            "analysis_model_type 'compile': the baseline is the quantized.bc the "
+            f"model.hbm was compiled from, got {type(quantized).__name__}"
+            + ("" if not _is_hbir(quantized) else " (not converted)")
+        )
+    if not isinstance(hbm, Hbm):
+        raise StageError(
+            "analysis_model_type 'compile': the analysis model is the model.hbm "
+            f"(hbir.load('model.hbm')), got {type(hbm).__name__}"
+        )
+    baseline = Stage("baseline", quantized, keep_codes=True)
+    return baseline, HbmStage("analysis", hbm, source=quantized, keep_codes=True)
 
 
 def _hbir_macs(func_op) -> dict[tuple[str, int], int]:

@@ -12,8 +12,9 @@ stage the user does not have is skipped and the pair closes over the gap with th
 stricter contract.
 
 ``nv12_quantized.bc`` is ``profiler/nv12.py``'s ``Nv12Stage``, run on NV12
-planes; its "nv12" contract is checked there. Adding a stage (``model.hbm`` plugs
-in here when it lands) is one ``Stage`` subclass with a ``record`` method and a
+planes; its "nv12" contract is checked there. ``model.hbm`` is
+``profiler/compile_stage.py``'s ``HbmStage``, recorded through its debug table.
+Adding a stage is one ``Stage`` subclass with a ``record`` method and a
 ``CONTRACTS`` row.
 """
 
@@ -61,6 +62,8 @@ class Stage:
     name: str
     model: Any
     grids: Mapping | None = field(default=None, repr=False)
+    # codes of no known grid kept as they are (the compile stage compares codes)
+    keep_codes: bool = field(default=False, kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -72,6 +75,10 @@ class Stage:
 
         if isinstance(self.model, Module):
             return "hbir"
+        from hbir.hbm import Hbm
+
+        if isinstance(self.model, Hbm):
+            return "hbm"
         return type(self.model).__name__
 
     def record(self, inputs: tuple) -> og.Record:
@@ -88,10 +95,16 @@ class Stage:
         if self.kind == "hbir":
             function = self.function
             feed = self.feed(inputs)
-            return og.record_hbir(function, feed, self.grids, taps=self.taps(function))
+            return og.record_hbir(
+                function,
+                feed,
+                self.grids,
+                taps=self.taps(function),
+                keep_codes=self.keep_codes,
+            )
         raise StageError(
-            f"{self.name}: cannot run a {self.kind} yet (the hbm stage plugs in as "
-            "a Stage subclass when it lands)"
+            f"{self.name}: cannot run a {self.kind} (a model.hbm is the compile "
+            "stage's HbmStage, profiler/compile_stage.py)"
         )
 
     @property

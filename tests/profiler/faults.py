@@ -166,3 +166,36 @@ def nv12_case(tmp_path, mode="yuvbt601full2rgb", permutes=(0, 3, 1, 2), batches=
         planes.append(rgb_to_nv12(frames[k : k + BATCH]))
     nv12 = nv12_model(qat, example, mode, permutes)
     return Nv12Case(qat, qat_bc, quantized, nv12, data, planes)
+
+
+# ------------------------------------------------------- (e) the compile stage
+
+
+def corrupted_hbm(tmp_path, path: str = PLANTED_CONV):
+    """The resnet's stages and its model.hbm with the first per-channel
+    requantization multiplier of the conv at ``path`` halved in one channel (the
+    container rewrites the checksums): (qat, qat_bc, quantized, hbm, index of the
+    instruction, channel, old value, new value)."""
+    from hbir.hbm import container
+
+    qat, example = zoo_stages.calibrated("resnet", tmp_path)
+    qat_bc = export(qat, example)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    program = hbir.compile(quantized, tmp_path / "model.hbm").program
+    code = program.functions[0]
+    index = next(
+        i
+        for i, (ins, debug) in enumerate(
+            zip(code.instructions, code.debug, strict=True)
+        )
+        if f"({path}|" in debug.loc
+        and ins.fields.get("multiplier", -1) >= 0
+        and code.constants[ins.fields["multiplier"]].size > 1
+    )
+    values = code.constants[code.instructions[index].fields["multiplier"]]
+    channel = 1
+    old = int(values[channel])
+    values[channel] = old // 2
+    container.write(program, tmp_path / "bad.hbm")
+    bad = hbir.load(tmp_path / "bad.hbm")
+    return qat, qat_bc, quantized, bad, index, channel, old, old // 2

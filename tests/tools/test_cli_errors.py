@@ -91,6 +91,12 @@ CASES = {
         + ["{d}/a_file"],
         "a_file: cannot write the doctor's report",
     ),
+    "doctor --hbm quantized.bc": (
+        hbir_cli.main,
+        ["doctor", "--qat", "{d}/qat.pt", "--data", "{d}/data.pt", "--hbm"]
+        + ["{d}/quantized.bc"],
+        "--hbm .*quantized.bc: an hbir model .*takes the compiled model.hbm",
+    ),
     "bisect --qat-bc model.hbm": (
         hbir_cli.main,
         ["bisect", "--qat-bc", "{d}/model.hbm", "--data", "{d}/data.pt"]

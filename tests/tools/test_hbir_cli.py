@@ -157,3 +157,30 @@ def test_bisect_prints_the_bc_editor_config_of_the_planted_table(tmp_path):
     ops = op_ids(qat_bc["forward"].op)
     ids = entry if isinstance(entry, list) else [entry, entry]
     assert all(ops[n].name == "qnt.const_fake_quant" for n in ids)
+
+
+def test_doctor_names_the_instruction_of_a_corrupted_model_hbm(tmp_path):
+    qat, qat_bc, quantized, _, index, channel, old, new = faults.corrupted_hbm(tmp_path)
+    torch.save(qat, tmp_path / "qat.pt")
+    torch.save(faults.data("resnet"), tmp_path / "data.pt")
+    hbir.save(qat_bc, tmp_path / "qat.bc")
+    hbir.save(quantized, tmp_path / "quantized.bc")
+    files = ["--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt"]
+    files += [
+        "--qat-bc",
+        tmp_path / "qat.bc",
+        "--quantized-bc",
+        tmp_path / "quantized.bc",
+    ]
+    run = _doctor(*files, "--hbm", tmp_path / "bad.hbm")
+    assert run.returncode == 3, run.stderr
+    out = run.stdout
+    assert "first stage pair beyond contract: quantized.bc -> model.hbm" in out
+    assert f"<- {faults.PLANTED_CONV}#0" in out
+    assert "cause: stale or corrupted model.hbm:" in out
+    assert f"instruction #{index} conv" in out
+    assert f"has {new} at [{channel}], a fresh compile has {old}" in out
+    run = _doctor(*files, "--hbm", tmp_path / "model.hbm")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "quantized.bc -> model.hbm" in run.stdout
+    assert "every stage is within its contract" in run.stdout
