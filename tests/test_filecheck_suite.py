@@ -24,9 +24,7 @@ def test_lit_filecheck_suite():
     lit, filecheck = _tool("lit"), _tool("filecheck")
     missing = [n for n, path in (("lit", lit), ("filecheck", filecheck)) if not path]
     if missing:
-        pytest.skip(
-            f"{' and '.join(missing)} not installed: pip install -e \".[test]\""
-        )
+        pytest.skip(f'{" and ".join(missing)} not installed: pip install -e ".[test]"')
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join(
         [os.path.dirname(filecheck), SCRIPTS, env.get("PATH", "")]
