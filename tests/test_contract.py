@@ -23,6 +23,8 @@ from hbir.profiler.doctor import diagnose
 from hbir.quantization import export, pre_export
 from hbir.tools import hb_verifier
 
+pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+
 LEVELS = [None, 0, 1, 2]
 INPUTS = 3
 

@@ -9,6 +9,8 @@ import pytest
 
 from hbir.runtime.numerics import DEFAULT_NUM_TABLES
 
+pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
 PAGES = ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))]

@@ -20,6 +20,7 @@ def _tool(name: str) -> str | None:
     return shutil.which(name, path=SCRIPTS) or shutil.which(name)
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_lit_filecheck_suite():
     lit, filecheck = _tool("lit"), _tool("filecheck")
     missing = [n for n, path in (("lit", lit), ("filecheck", filecheck)) if not path]

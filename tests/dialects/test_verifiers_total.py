@@ -172,12 +172,14 @@ def _check(module, which: str, cases: int, whole: bool) -> None:
     assert refused > len(chosen) // 4
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_a_mutated_op_among_its_neighbours_is_a_located_error(modules):
     """In the whole module: a mark (``qnt.exact``) reads the fake quantizations
     around its op, which the mutation may have broken."""
     _check(modules["multi_io qat.bc"], "multi_io qat.bc", 60, whole=True)
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 @pytest.mark.parametrize(
     "which",
     [

@@ -210,6 +210,7 @@ def test_wrong_uses_are_refused(corrupted, tmp_path):
             two_hbir.sensitivity(backend="ray", workers=2)
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 @pytest.mark.skipif(
     importlib.util.find_spec("ray") is None,
     reason='ray not installed: pip install -e ".[test]" (ray)',

@@ -28,6 +28,8 @@ from hbir.quantization import (
 )
 from hbir.quantization.distributed import ObserverStateError
 
+pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+
 WORLD = 2
 BATCHES = 3
 

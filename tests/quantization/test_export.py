@@ -184,6 +184,7 @@ def test_dict_inputs_and_nested_outputs_flatten(tmp_path):
         assert _same_bits(g, w.numpy())
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_hbir_opt_reads_every_exported_zoo_model(tmp_path):
     import subprocess
     import sys

@@ -466,6 +466,7 @@ def test_every_spelling_has_a_sample():
     assert set(SAMPLES) == set(_spellings(kinds))
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 @pytest.mark.parametrize(
     "spelling",
     _spellings((op_table.MODULE, op_table.DECOMPOSED, op_table.PASSTHROUGH)),
