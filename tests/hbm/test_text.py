@@ -224,7 +224,9 @@ def _mutants(text: str, rng, count: int):
         yield bad
 
 
-@pytest.mark.parametrize("source", ["program", "compiled"])
+@pytest.mark.parametrize(
+    "source", ["program", pytest.param("compiled", marks=pytest.mark.slow)]
+)
 def test_what_the_assembler_accepts_the_writer_writes_and_the_loader_reads(
     text, compiled_program, source
 ):

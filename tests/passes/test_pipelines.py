@@ -66,6 +66,7 @@ def test_a_parameter_reshape_folds_and_converts_to_fixed_point(layer_scale):
     assert cpu_advice(quantized) == []
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_hbir_opt_stops_after_each_export_pass_of_an_imported_model(
     layer_scale, tmp_path
 ):

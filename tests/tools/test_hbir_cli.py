@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import zoo_stages
 
@@ -73,6 +74,7 @@ def test_doctor_on_an_unfaulted_model_exits_0(tmp_path):
     assert run.stdout.count("within contract:") == 3
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_doctor_takes_the_nv12_stage_and_finds_a_wrong_mode(tmp_path):
     case = faults.nv12_case(tmp_path, mode="yuvbt601video2rgb", batches=2)
     torch.save(case.qat, tmp_path / "qat.pt")
@@ -159,6 +161,7 @@ def test_bisect_prints_the_bc_editor_config_of_the_planted_table(tmp_path):
     assert all(ops[n].name == "qnt.const_fake_quant" for n in ids)
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_doctor_names_the_instruction_of_a_corrupted_model_hbm(tmp_path):
     qat, qat_bc, quantized, _, index, channel, old, new = faults.corrupted_hbm(tmp_path)
     torch.save(qat, tmp_path / "qat.pt")
