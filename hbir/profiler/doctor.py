@@ -243,7 +243,8 @@ def diagnose(
     lut_errors: dict[tuple[str, int], tuple[float, int, int]] = {}
     unexplained: dict[tuple[str, int], float] = {}
     count = 0
-    batches = _progress([first], it, progress)
+    total = len(data) if hasattr(data, "__len__") else None
+    batches = _progress([first], it, progress, total)
     for inputs in batches:
         feeds = [inputs] * len(road)
         if planes is not None:
@@ -343,7 +344,9 @@ def _input_finding(a, b, entry, cause, detail, lsb, ids, func) -> Finding:
     )
 
 
-def _progress(head, rest, enabled):
+def _progress(head, rest, enabled, total: int | None = None):
+    """The batches, behind a tqdm bar (with its total and so an ETA, when the
+    data has a length) when ``enabled``."""
     import itertools
 
     stream = itertools.chain(head, rest)
@@ -353,7 +356,7 @@ def _progress(head, rest, enabled):
         from tqdm import tqdm
     except ImportError:
         return stream
-    return tqdm(stream, desc="hbir doctor", unit="batch")
+    return tqdm(stream, desc="hbir doctor", unit="batch", total=total)
 
 
 def _op_id(func, op) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import sys
 
 from hbir.profiler.doctor import CAUSES, Diagnosis
 
@@ -44,6 +45,16 @@ data.pairs.forEach((pair, p) => {
     r.appendChild(t);
     svg.appendChild(r);
   });
+  // layer names under the bars (every k-th when they would overlap)
+  const every = Math.max(1, Math.ceil(11 / bw));
+  pair.layers.forEach((l, i) => {
+    if (i % every) return;
+    const x = 52 + i * bw + bw / 2, y = h + 6;
+    const name = el('text', {x: x, y: y, 'font-size': 9, class: 'layer-name',
+      transform: `rotate(60 ${x} ${y})`});
+    name.textContent = l.layer.length > 28 ? l.layer.slice(0, 27) + '\u2026' : l.layer;
+    svg.appendChild(name);
+  });
   const hsvg = document.getElementById('hist-' + p);
   const counts = pair.histogram;
   const hmax = Math.max(1, ...counts);
@@ -71,6 +82,33 @@ def _source_link(source: str) -> str:
     return f'<a href="#{_anchor(source)}">{html.escape(source)}</a>'
 
 
+def find_source(file: str, root: str = ".") -> str:
+    """The file a location's path names, wherever the report is made. Exported
+    paths are relative to their project's root (``tracing.source_path``): tried
+    under ``root``, the current folder and each folder above it, then against
+    every loaded module's file (the user's script and modules are loaded when
+    the doctor runs in their process). The first candidate if none exists."""
+    if os.path.isabs(file):
+        return file
+    candidates = [os.path.join(root, file)]
+    folder = os.path.abspath(os.getcwd())
+    while True:
+        candidates.append(os.path.join(folder, file))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    tail = os.sep + file.replace("/", os.sep)
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(tail) and os.path.isfile(path):
+            return path
+    return candidates[0]
+
+
 def _sources(diagnosis: Diagnosis, root: str) -> str:
     """The torch source lines the report names, embedded with anchors."""
     wanted = sorted(
@@ -81,7 +119,7 @@ def _sources(diagnosis: Diagnosis, root: str) -> str:
     cache: dict[str, list[str]] = {}
     for source in wanted:
         file, _, line = source.rpartition(":")
-        path = file if os.path.isabs(file) else os.path.join(root, file)
+        path = find_source(file, root)
         if path not in cache:
             try:
                 with open(path) as f:
@@ -135,7 +173,7 @@ def render_html(diagnosis: Diagnosis, root: str = ".") -> str:
             f"<h2>{html.escape(p.baseline)} &rarr; {html.escape(p.analysis)} "
             f"[{p.contract}]: {verdict}</h2>"
             f"<p>per-layer error along the network (LSB of each layer's grid)</p>"
-            f'<svg id="chart-{i}" class="chart" width="900" height="230"></svg>'
+            f'<svg id="chart-{i}" class="chart" width="900" height="360"></svg>'
             f"<p>differences in LSB (log scale counts, -10..10)</p>"
             f'<svg id="hist-{i}" width="440" height="130"></svg>'
             "<details><summary>layers</summary><table><tr><th>layer</th>"

@@ -221,8 +221,10 @@ def test_memory_does_not_grow_with_the_number_of_batches(tmp_path):
 
 def test_progress_bar(tmp_path, capsys):
     qat, _ = zoo_stages.calibrated("multi_io", tmp_path)
-    diagnose(qat, faults.data("multi_io"), progress=True)
-    assert "hbir doctor" in capsys.readouterr().err
+    data = faults.data("multi_io", count=3)
+    diagnose(qat, data, progress=True)
+    err = capsys.readouterr().err
+    assert "hbir doctor" in err and "3/3" in err  # a total, so an ETA
 
 
 def test_a_float_island_in_quantized_bc_is_named(tmp_path):

@@ -55,6 +55,17 @@ def test_report_html_links_each_op_to_its_torch_line(report):
     assert "self.norm2(x)" in page  # the source line itself is embedded
 
 
+def test_the_source_lines_are_found_from_another_folder(report, tmp_path, monkeypatch):
+    """Locations are relative to their project's root: a report written from
+    elsewhere still finds the file (here through the loaded zoo module)."""
+    from hbir.profiler.report import render_html
+
+    d, _ = report
+    monkeypatch.chdir(tmp_path)
+    page = render_html(d, root=str(tmp_path))
+    assert "self.norm2(x)" in page and "(source not found)" not in page
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 def test_the_chart_renders_in_a_headless_browser(report, tmp_path):
     from PIL import Image
@@ -71,6 +82,8 @@ def test_the_chart_renders_in_a_headless_browser(report, tmp_path):
     assert 'data-rendered="yes"' in dom
     bars = dom.count('class="bar"')
     assert bars == sum(len(p.layers) for p in d.pairs)
+    assert dom.count('class="layer-name"') >= len(d.pairs)  # the bars are labelled
+    assert ">norm2.rsqrt#0</text>" in dom  # the finding's layer among them
     shot = tmp_path / "report.png"
     subprocess.run(
         [CHROMIUM, *flags, f"--screenshot={shot}", url],
