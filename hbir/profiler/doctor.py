@@ -30,6 +30,7 @@ CAUSES = (
     "input preprocessing or layout",
     "march limit",
     "stale or corrupted model.hbm",
+    "stale or foreign checkpoint",
     # an op qat.bc marks qnt.inexact, with its cause (qnt.INEXACT_CAUSES)
     *(f"inexact: {cause}" for cause in qnt.INEXACT_CAUSES),
     "tool bug",
@@ -214,8 +215,15 @@ def diagnose(
     first = next(it, None)
     if first is None:
         raise st.StageError("diagnose: data is empty: give at least one input batch")
+    checkpoint = None
     if qat_bc is None:
         qat_bc = export(qat_model, first)
+    else:  # a qat.bc of its own: is it the export of this qat.pt?
+        given = qat_bc
+
+        def checkpoint(key, diff):
+            return _checkpoint_cause(key, diff, given, export(qat_model, first))
+
     fresh = hbir.convert(qat_bc, march)
     if quantized_bc is None:
         quantized_bc = fresh
@@ -275,7 +283,14 @@ def diagnose(
     for (a, b), comp in zip(pairs, comparisons, strict=True):
         kind = st.contract(a.name, b.name)
         problem = _first_problem(
-            kind, a, b, comp, (lut_errors, unexplained, nv12_check), quantized_bc, fresh
+            kind,
+            a,
+            b,
+            comp,
+            (lut_errors, unexplained, nv12_check),
+            quantized_bc,
+            fresh,
+            checkpoint,
         )
         results.append(
             _pair_result(a.name, b.name, kind, comp, problem is None, ids, origins)
@@ -418,8 +433,12 @@ def _pair_result(a, b, kind, comp: Comparison, within, ids, origins) -> PairResu
 # ------------------------------------------------------------------ contracts
 
 
-def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
-    """(key, cause, detail, lsb) of the first op beyond the contract, or None."""
+def _first_problem(
+    kind, a, b, comp: Comparison, lut_checks, quantized, fresh, checkpoint=None
+):
+    """(key, cause, detail, lsb) of the first op beyond the contract, or None.
+    ``checkpoint(key, diff)``: the cause of a qat.bc that differs from qat.pt's
+    own export (``_checkpoint_cause``), when qat.bc was given."""
     lut_errors, unexplained, nv12_check = lut_checks
     vanished = [
         k
@@ -496,6 +515,8 @@ def _first_problem(kind, a, b, comp: Comparison, lut_checks, quantized, fresh):
             continue
         if b.name == "quantized.bc":
             cause, detail = _convert_cause(key, d, quantized, fresh, a.model)
+        elif b.name == "qat.bc" and checkpoint is not None:
+            cause, detail = checkpoint(key, d)
         elif b.kind == "hbm":
             cause, detail = b.cause(key, d)
         else:
@@ -572,6 +593,67 @@ def _convert_cause(key, d, quantized, fresh, qat_bc=None) -> tuple[str, str]:
         + (f" ({lsb:g} LSB)" if lsb is not None else "")
         + " and no named cause explains it",
     )
+
+
+def _checkpoint_cause(key, d, qat_bc, own) -> tuple[str, str]:
+    """Why a given qat.bc differs from qat.export.pt at ``key``: when it is not
+    the export of this qat.pt (``own``: exported now), the first op whose
+    constant or property differs, with its values."""
+    from hbir.dialects.hbir import TensorConstant, dense_array
+
+    ops = list(qat_bc["forward"].op.walk())
+    theirs = list(own["forward"].op.walk())
+    ids = {op: n for n, op in _ids(qat_bc["forward"].op).items()}
+    same_graph = len(ops) == len(theirs) and all(
+        x.name == y.name for x, y in zip(ops, theirs, strict=True)
+    )
+    if not same_graph:
+        return (
+            "stale or foreign checkpoint",
+            f"qat.bc is not the export of this qat.pt ({len(ops)} ops against "
+            f"{len(theirs)} in qat.pt's own export): export it again from the "
+            "qat.pt you evaluate",
+        )
+    for x, y in zip(ops, theirs, strict=True):
+        if isinstance(x, TensorConstant):
+            va, vb = dense_array(x.value), dense_array(y.value)
+            if va.shape == vb.shape and np.array_equal(va, vb, equal_nan=True):
+                continue
+            where = _constant_owner(x)
+            if va.shape != vb.shape:
+                what = f"shape {list(va.shape)}, qat.pt's export {list(vb.shape)}"
+            else:
+                differ = np.argwhere(va != vb)
+                at = tuple(int(v) for v in differ[0])
+                what = (
+                    f"{va[at].item()!r} at {list(at)}, qat.pt's export has "
+                    f"{vb[at].item()!r} ({len(differ)} of {va.size} elements differ)"
+                )
+        else:
+            changed = _changed_property(x, y)
+            if not changed:
+                continue
+            where, what = _constant_owner(x), f"{changed} (not so in qat.pt's export)"
+        return (
+            "stale or foreign checkpoint",
+            f"qat.bc was exported from another model state: %{ids.get(x)} "
+            f"'{x.name}'{where} has {what}; export it again from the qat.pt you "
+            "evaluate (or evaluate the checkpoint it came from)",
+        )
+    return (
+        "tool bug",
+        f"{og.key_text(key)} differs by {d.atol:g} between qat.export.pt and qat.bc, "
+        "which must be bit-identical (qat.bc is qat.pt's own export)",
+    )
+
+
+def _constant_owner(op) -> str:
+    """`` (of <torch call>)``: the origin of the op, or of the first op using it."""
+    origin = og.origin_of(op)
+    if origin is None:
+        user = next((u.operation for r in op.results for u in r.uses), None)
+        origin = og.origin_of(user) if user is not None else None
+    return f" (of {og.key_text(origin.key)})" if origin is not None else ""
 
 
 def _ids(func):

@@ -117,6 +117,7 @@ def test_causes_are_the_fixed_list():
         "input preprocessing or layout",
         "march limit",
         "stale or corrupted model.hbm",
+        "stale or foreign checkpoint",
         "inexact: float_validation",
         "tool bug",
     )
@@ -245,3 +246,25 @@ def test_a_float_island_in_quantized_bc_is_named(tmp_path):
     assert f.cause == "float CPU island"
     assert f.op_id == hardswish - 2 or f.op_id == hardswish  # the conv or the op
     assert origin_of(_qat_bc_op(qat_bc, f.op_id)).module_path.startswith("stem")
+
+
+def test_a_qat_bc_exported_from_another_checkpoint(tmp_path):
+    """qat.bc exported, then the evaluated model trained on (a conv's weights
+    moved): not a tool bug but a stale checkpoint, naming the constant, the
+    element and both values."""
+    qat, example = zoo_stages.calibrated("resnet", tmp_path)
+    qat_bc = export(qat, example)
+    conv = qat.get_submodule(faults.PLANTED_CONV)
+    with torch.no_grad():
+        before = float(conv.weight[0, 0, 0, 0])
+        conv.weight.mul_(0.9)
+        after = float(conv.weight[0, 0, 0, 0])
+    d = diagnose(qat, faults.data("resnet"), qat_bc=qat_bc)
+    f = d.finding
+    assert f is not None, d.text()
+    assert (f.baseline, f.analysis) == ("qat.export.pt", "qat.bc"), d.text()
+    assert f.cause == "stale or foreign checkpoint"
+    assert "qat.bc was exported from another model state" in f.detail
+    assert f"'hbir.constant' (of {faults.PLANTED_CONV}#0)" in f.detail
+    assert f"has {before!r} at [0, 0, 0, 0], qat.pt's export has {after!r}" in f.detail
+    assert "export it again" in f.detail
