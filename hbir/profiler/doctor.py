@@ -790,6 +790,8 @@ def load_inputs(path: str) -> list[tuple]:
         return [value]
     if isinstance(value, list) and value:
         return [tuple(v) if isinstance(v, tuple | list) else (v,) for v in value]
+    if isinstance(value, list):
+        raise HbirFileError(f"{path}: an empty list: give at least one input batch")
     raise HbirFileError(
         f"{path}: expected a tensor, a tuple of tensors or a list of batches, "
         f"got {type(value).__name__}"

@@ -27,6 +27,7 @@ def files(tmp_path_factory):
     hbm = hbir.compile(quantized, d / "model.hbm")
     torch.save(qat, d / "qat.pt")
     torch.save([example], d / "data.pt")
+    torch.save([], d / "empty.pt")
     np.save(d / "x.npy", example[0].numpy())
     torch.save(qat.state_dict(), d / "state.pt")
     (d / "factory.py").write_text(FACTORY)
@@ -90,6 +91,11 @@ CASES = {
         ["doctor", "--qat", "{d}/qat.pt", "--data", "{d}/data.pt", "--out-dir"]
         + ["{d}/a_file"],
         "a_file: cannot write the doctor's report",
+    ),
+    "doctor --data an empty list": (
+        hbir_cli.main,
+        ["doctor", "--qat", "{d}/qat.pt", "--data", "{d}/empty.pt"],
+        "empty.pt: an empty list: give at least one input batch",
     ),
     "doctor --hbm quantized.bc": (
         hbir_cli.main,
