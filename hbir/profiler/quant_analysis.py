@@ -204,22 +204,27 @@ class QuantAnalysis:
                 found.append(row)
             return found
 
-        for chunk in _chunks(stream, num_steps, 4 * max(1, workers)):
-            results = _map(values, [inputs for _, inputs in chunk], workers, backend)
-            for (index, inputs), rows in zip(chunk, results, strict=True):
-                for o, row in enumerate(rows):
-                    for n in names:
-                        v = row[n]
-                        if (o, n) not in worst or metrics.worse(n, v, worst[(o, n)][0]):
-                            worst[(o, n)] = (v, index)
-                    if "custom" in row:
-                        v, old = row["custom"], custom.get(o)
-                        if old is None or (v < old[0] if ascending else v > old[0]):
-                            custom[o] = (v, index)
-                kept[index] = inputs
-                count += 1
-            live = {i for _, i in worst.values()} | {i for _, i in custom.values()}
-            kept = {i: kept[i] for i in live}
+        pool = _Workers(values, workers, backend)
+        try:
+            for chunk in _chunks(stream, num_steps, 4 * max(1, workers)):
+                results = pool.map([inputs for _, inputs in chunk])
+                for (index, inputs), rows in zip(chunk, results, strict=True):
+                    for o, row in enumerate(rows):
+                        for n in names:
+                            v = row[n]
+                            old = worst.get((o, n))
+                            if old is None or metrics.worse(n, v, old[0]):
+                                worst[(o, n)] = (v, index)
+                        if "custom" in row:
+                            v, old = row["custom"], custom.get(o)
+                            if old is None or (v < old[0] if ascending else v > old[0]):
+                                custom[o] = (v, index)
+                    kept[index] = inputs
+                    count += 1
+                live = {i for _, i in worst.values()} | {i for _, i in custom.values()}
+                kept = {i: kept[i] for i in live}
+        finally:
+            pool.close()
         if not count:
             raise QuantAnalysisError("auto_find_bad_case: data_generator is empty")
         outputs = sorted({o for o, _ in worst})
@@ -673,6 +678,49 @@ _FORKED = None
 def _run_forked(index: int):
     fn, items = _FORKED
     return fn(items[index])
+
+
+class _Workers:
+    """``fn`` over a stream of picklable items (input batches), in one pool of
+    ``workers`` forked processes opened at the first ``map`` and kept until
+    ``close`` (the workers inherit ``fn`` and the models it closes over; only the
+    items and the results cross the boundary), or on Ray."""
+
+    def __init__(self, fn, workers: int, backend: str):
+        if backend not in ("process", "ray"):
+            raise QuantAnalysisError(
+                f"backend {backend!r}: expected 'process' or 'ray'"
+            )
+        self.fn, self.workers, self.backend = fn, workers, backend
+        self.pool = None
+
+    def map(self, items: list) -> list:
+        if self.backend == "ray":
+            return _map(self.fn, items, self.workers, "ray")
+        if self.workers <= 1:
+            return [self.fn(x) for x in items]
+        if self.pool is None:
+            import multiprocessing as mp
+
+            global _STREAMED
+            _STREAMED = self.fn
+            self.pool = mp.get_context("fork").Pool(self.workers)
+        return self.pool.map(_run_streamed, items)
+
+    def close(self) -> None:
+        global _STREAMED
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+            self.pool = None
+        _STREAMED = None
+
+
+_STREAMED = None
+
+
+def _run_streamed(item):
+    return _STREAMED(item)
 
 
 def _statistics(record: og.Record) -> list[dict]:
