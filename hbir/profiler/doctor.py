@@ -663,14 +663,41 @@ def _ids(func):
 
 
 def _changed_property(a, b) -> str:
+    """The first property of op ``a`` whose value differs from ``b``'s (the same
+    op kind), as ``name[index] = value (expected other)`` for arrays and dense
+    constants, else ``name = value``; "" when none differs."""
     if a.name != b.name:
         return ""
     for name, value in a.properties.items():
         other = b.properties.get(name)
-        if other is not None and str(other) != str(value):
-            text = str(value)
-            return f"{name} = {text[:60]}{'...' if len(text) > 60 else ''}"
+        if other is None or str(other) == str(value):
+            continue
+        x, y = _property_array(value), _property_array(other)
+        if x is not None and y is not None and x.shape == y.shape:
+            differ = np.argwhere(x != y)
+            if len(differ):
+                at = tuple(int(v) for v in differ[0])
+                index = at[0] if len(at) == 1 else list(at)
+                return (
+                    f"{name}[{index}] = {x[at].item()!r} (expected "
+                    f"{y[at].item()!r}; {len(differ)} of {x.size} elements differ)"
+                )
+        text = str(value)
+        return f"{name} = {text[:60]}{'...' if len(text) > 60 else ''}"
     return ""
+
+
+def _property_array(value) -> np.ndarray | None:
+    """A property's values as an array: a dense array or a dense constant."""
+    from xdsl.dialects.builtin import DenseArrayBase, DenseIntOrFPElementsAttr
+
+    from hbir.dialects.hbir import dense_array
+
+    if isinstance(value, DenseArrayBase):
+        return np.asarray(value.get_values())
+    if isinstance(value, DenseIntOrFPElementsAttr):
+        return dense_array(value)
+    return None
 
 
 def _lut_local_errors(pt_model, export_model, record, inputs, errors) -> None:

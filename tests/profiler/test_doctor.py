@@ -94,8 +94,27 @@ def test_a_corrupted_requantization_constant(tmp_path):
     f = d.finding
     assert (f.baseline, f.analysis) == ("qat.bc", "quantized.bc")
     assert f.layer == f"{faults.PLANTED_CONV}#0"
-    assert f.cause == "tool bug" and "shift" in f.detail
-    assert "corrupted" in f.detail
+    assert f.cause == "tool bug" and "corrupted" in f.detail
+    # the element and both values, read back from the two models
+    from hbir.dialects.qnt import RequantizeOp
+
+    def first_shift(module):
+        return next(
+            int(op.shift.get_values()[0])
+            for op in module.module.op.walk()
+            if isinstance(op, RequantizeOp)
+            and origin_of(op).module_path == faults.PLANTED_CONV
+        )
+
+    planted, expected = (
+        first_shift(quantized),
+        first_shift(hbir.convert(qat_bc, "nash-e")),
+    )
+    assert planted == expected - 1
+    assert (
+        f"shift[0] = {planted} (expected {expected}; 1 of 1 elements differ)"
+        in f.detail
+    )
     op = _qat_bc_op(qat_bc, f.op_id)
     assert op.name == f.hbir_op == "hbir.conv2d"
     line = faults.zoo_line("out = self.bn2(self.conv2(out))")
