@@ -131,12 +131,13 @@ def _torch_type(node, modules) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
-def record_torch(gm, inputs: Iterable, qscales: Mapping | None = None) -> Record:
-    """Run an fx ``GraphModule`` on ``inputs``; every tensor node's value by key."""
+def record_torch(gm, inputs: Iterable) -> Record:
+    """Run an fx ``GraphModule`` on ``inputs``; every tensor node's value by key,
+    with the dtype and scale of its output fake quant (``torch_grids``)."""
     import torch
 
     record = Record()
-    recorder = _recorder_class()(gm, torch_keys(gm), record, qscales or {})
+    recorder = _recorder_class()(gm, torch_keys(gm), record, torch_grids(gm))
     with torch.no_grad():
         out = recorder.run(*inputs)
     recorder.env.clear()
@@ -154,9 +155,9 @@ def _recorder_class():
     from torch import fx
 
     class Recorder(fx.Interpreter):
-        def __init__(self, gm, keys, record, qscales):
+        def __init__(self, gm, keys, record, grids):
             super().__init__(gm)
-            self.keys, self.record, self.qscales = keys, record, qscales
+            self.keys, self.record, self.grids = keys, record, grids
             self.types = dict(gm.named_modules())
 
         def run_node(self, n):
@@ -168,11 +169,13 @@ def _recorder_class():
                 and isinstance(result, torch.Tensor)
                 and result.is_floating_point()
             ):
+                grid = self.grids.get(key)
                 self.record.layers[key] = Layer(
                     key,
                     _torch_type(n, self.types),
                     result.detach().float().numpy().copy(),
-                    self.qscales.get(key),
+                    grid.qscale if grid is not None else None,
+                    f"qint{grid.bits}" if grid is not None else "",
                 )
             return result
 

@@ -772,24 +772,36 @@ def _advice(row: dict) -> list[dict]:
         add("inf/nan output, check if expected.", "")
         return found
     dmax = max(abs(v) for v in values if v is not None)
+    scale, dtype = row["qscale"], row["quant_dtype"]
     if dmax > 32768:
         add(
             f"Total data range {2 * dmax} maybe too large for quantization.",
             "Please change model structure or limit this output range",
         )
-    elif dmax > 128 and row["quant_dtype"] == "qint8":
-        add(
-            f"Data range {2 * dmax} maybe too large for int8 quantization.",
-            "Please try qint16 quantization.",
-        )
-    scale = row["qscale"]
-    if scale and row["quant_dtype"] in ("qint8", "qint16"):
-        bits = int(row["quant_dtype"][4:])
+    if scale and dtype in ("qint8", "qint16"):
+        bits = int(dtype[4:])
         lo, hi = -(2 ** (bits - 1)) * scale, (2 ** (bits - 1) - 1) * scale
-        if row["analy_model_min"] < lo - scale or row["analy_model_max"] > hi + scale:
+        # the float side (the baseline), which the fake quant has not clipped
+        base_lo, base_hi = row["base_model_min"], row["base_model_max"]
+        if base_lo < lo - scale or base_hi > hi + scale:
             add(
-                "Current scale does not cover the data range",
-                "Please check whether fake quant enabled.",
+                f"Current scale {scale:g} covers [{lo:g}, {hi:g}], the data spans "
+                f"[{base_lo:g}, {base_hi:g}]: values beyond it are clipped",
+                "Please check the calibration data, or widen the range (a fixed "
+                "scale, or another observer).",
+            )
+        cosine, lsb = row.get("Cosine"), row.get("max_qscale_diff")
+        if (
+            dtype == "qint8"
+            and cosine is not None
+            and cosine < 0.999
+            and lsb is not None
+            and lsb <= 1.0
+        ):
+            add(
+                f"Rounding to the int8 grid alone (at most {lsb:.3g} LSB) costs "
+                f"cosine {cosine:.4f} here: the grid is coarse for this output.",
+                "Please try qint16 quantization.",
             )
     return found
 

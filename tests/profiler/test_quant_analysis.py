@@ -294,3 +294,83 @@ def test_quantized_against_qat_pt_per_layer_and_sensitivity(corrupted, tmp_path)
     assert rows[f"{faults.PLANTED_CONV}#0"]["max_qscale_diff"] > 1
     (table,) = qa.sensitivity(metric="Atol").values()
     assert table[0][:2] == [f"{faults.PLANTED_CONV}#0", "exact"]
+
+
+def _float_copy(qat):
+    float_model = copy.deepcopy(qat)
+    for m in float_model.modules():
+        if isinstance(m, FakeQuantize):
+            m.enable_fake_quant(False)
+    return float_model
+
+
+class _Linear(torch.nn.Module):
+    def __init__(self):
+        from hbir.quantization import DeQuantStub, QuantStub
+
+        super().__init__()
+        self.quant, self.fc, self.dequant = (
+            QuantStub(),
+            torch.nn.Linear(8, 4),
+            DeQuantStub(),
+        )
+
+    def forward(self, x):
+        return self.dequant(self.fc(self.quant(x)))
+
+
+def _calibrated_linear(tmp_path, calibration):
+    from hbir.quantization import FakeQuantState, prepare, set_fake_quantize
+
+    torch.manual_seed(0)
+    qat = prepare(_Linear().eval(), torch.zeros(2, 8), out_dir=tmp_path)
+    qat.eval()
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        qat(calibration)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    return qat
+
+
+@pytest.mark.parametrize(
+    "calibration, case, coarse",
+    [
+        # a wide range, data spread over it: int8 is fine although |x| > 128
+        (torch.linspace(-200, 200, 16), torch.linspace(-200, 200, 16), False),
+        # an outlier sets the scale, the data lives in its bottom codes
+        (torch.linspace(-100, 100, 16), torch.linspace(-1, 1, 16), True),
+    ],
+)
+def test_the_int16_advice_is_relative_to_the_grid(tmp_path, calibration, case, coarse):
+    qat = _calibrated_linear(tmp_path, calibration.reshape(2, 8))
+    qa = QuantAnalysis(_float_copy(qat), qat, "fake_quant", out_dir=str(tmp_path / "o"))
+    qa.set_bad_case((case.reshape(2, 8),))
+    rows = qa.compare_per_layer()
+    stub = next(r for r in rows if r["mod_name"] == "quant#0")
+    advisor = (tmp_path / "o" / "abnormal_layer_advisor.txt").read_text()
+    advised = "quant#0" in advisor and "try qint16" in advisor
+    assert advised == coarse, (stub, advisor)
+    assert (stub["Cosine"] < 0.999) == coarse
+    assert "too large for int8" not in advisor  # no absolute-range rule
+
+
+def test_the_advisor_reads_the_unclipped_side_and_torch_rows_carry_their_grid(
+    tmp_path,
+):
+    """Calibrated on inputs in [-1, 1], evaluated on an input ten times larger:
+    the QuantStub's scale does not cover the float side's range (the fake
+    quantized side is clipped, so only the float side shows it). Every torch row
+    has its dtype, scale and error in LSB."""
+    qat = _calibrated_linear(tmp_path, torch.linspace(-1, 1, 16).reshape(2, 8))
+    qa = QuantAnalysis(_float_copy(qat), qat, "fake_quant", out_dir=str(tmp_path / "o"))
+    qa.set_bad_case((torch.linspace(-10, 10, 16).reshape(2, 8),))
+    rows = qa.compare_per_layer()
+    stub = next(r for r in rows if r["mod_name"] == "quant#0")
+    scale = float(qat.quant.activation_post_process.scale)
+    assert stub["quant_dtype"] == "qint8" and stub["qscale"] == pytest.approx(scale)
+    assert stub["max_qscale_diff"] == pytest.approx(stub["Atol"] / scale)
+    assert stub["base_model_max"] == pytest.approx(10.0)
+    assert stub["analy_model_max"] <= 127 * scale + 1e-6  # the clipped side
+    advisor = (tmp_path / "o" / "abnormal_layer_advisor.txt").read_text()
+    assert "quant#0" in advisor and "values beyond it are clipped" in advisor
+    assert "the data spans [-10, 10]" in advisor
