@@ -369,6 +369,7 @@ class QuantAnalysis:
         base = self._outputs(self.baseline, inputs)
         candidates, kind = self._toggles()
         flops = self._flops(candidates, inputs)
+        diverge = self._first_divergence(inputs)
         jobs = [(i, c) for i, c in enumerate(candidates)]
         results = _map(
             _toggle_job, [(self, c, inputs) for _, c in jobs], workers, backend
@@ -387,6 +388,10 @@ class QuantAnalysis:
             descending = metrics.LARGER_IS_WORSE[metric]
             if kind == "exact":  # the error left with the op exact: least first
                 descending = not descending
+            # Ties (e.g. every op after a fault restores the output alike) go to
+            # the op where the models first diverge, then in execution order.
+            late = len(candidates)
+            rows.sort(key=lambda r: diverge.get(r[0], diverge.get(f"{r[0]}#0", late)))
             rows.sort(key=lambda r: r[3], reverse=descending != reverse)
             out[name] = rows
             stem = os.path.join(self.out_dir, f"output_{name}_{metric}_sensitive_ops")
@@ -400,6 +405,13 @@ class QuantAnalysis:
     def _toggles(self) -> tuple[list[tuple[str, str, str, str]], str]:
         """(op_name, sensitive_type, op_type, quant_dtype) per toggle, and the kind."""
         model = self.analysis.model
+        tables = _lut_modules(model) if self.analysis.kind == "torch" else {}
+        if self.analysis_model_type == "pre_export" and tables:
+            # qat.export.pt differs from qat.pt only by its tables: one at a time
+            return [
+                (name, "table", type(m).__name__, f"num_tables={m.num_tables}")
+                for name, m in tables.items()
+            ], "table"
         if self.analysis.kind == "torch":
             from hbir.quantization.fake_quantize import FakeQuantize
 
@@ -454,6 +466,8 @@ class QuantAnalysis:
         model = self.analysis.model
         if kind in ("activation", "weight") and self.analysis.kind == "torch":
             return self._torch_toggle(label, kind, inputs)
+        if kind == "table":
+            return self._table_toggle(label, inputs)
         from hbir.bc_editor import remove_fake_quant
 
         if kind == "exact":
@@ -507,9 +521,50 @@ class QuantAnalysis:
             for m, on in saved.items():
                 m.enable_fake_quant(on)
 
+    def _table_toggle(self, label, inputs):
+        """The outputs with only table ``label`` computed as its table (every
+        other table op its float function, as in qat.pt)."""
+        import torch
+
+        tables = _lut_modules(self.analysis.model)
+        saved = {m: m.quantized_forward for m in tables.values()}
+        try:
+            for name, m in tables.items():
+                m.quantized_forward = name == label
+            with torch.no_grad():
+                return self._outputs(self.analysis, inputs)
+        finally:
+            for m, on in saved.items():
+                m.quantized_forward = on
+
+    def _first_divergence(self, inputs) -> dict[str, int]:
+        """Toggle label -> the rank of its layer among those whose value differs
+        between the models on ``inputs``, in execution order (the first to
+        diverge ranks 0): what breaks a tie of the sensitivity metric."""
+        base, analy = self.baseline.record(inputs), self.analysis.record(inputs)
+        ranks: dict[str, int] = {}
+        for key, layer in analy.layers.items():
+            other = base.layers.get(key)
+            if other is None or other.value.shape != layer.value.shape:
+                continue
+            if not np.array_equal(other.value, layer.value, equal_nan=True):
+                ranks.setdefault(og.key_text(key), len(ranks))
+        return ranks
+
     def clean(self) -> None:
         """Remove ``out_dir`` and what it holds."""
         shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+def _lut_modules(model) -> dict:
+    """The pre-exported table modules of a torch model, by name."""
+    from hbir.quantization.lut_modules import LutModule
+
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if isinstance(m, LutModule) and m.pre_exported
+    }
 
 
 def _compile_stages(quantized, hbm) -> tuple[Stage, Stage]:

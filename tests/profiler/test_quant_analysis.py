@@ -374,3 +374,30 @@ def test_the_advisor_reads_the_unclipped_side_and_torch_rows_carry_their_grid(
     advisor = (tmp_path / "o" / "abnormal_layer_advisor.txt").read_text()
     assert "quant#0" in advisor and "values beyond it are clipped" in advisor
     assert "the data spans [-10, 10]" in advisor
+
+
+def test_pre_export_sensitivity_ranks_the_broken_table_first(tmp_path):
+    """qat.export.pt differs from qat.pt only by its tables: sensitivity turns
+    one table on at a time, so the table with too few segments leads."""
+    from hbir.quantization import pre_export
+
+    qat, _ = faults.few_tables(tmp_path)
+    qa = QuantAnalysis(qat, pre_export(qat), "pre_export", out_dir=str(tmp_path / "o"))
+    qa.set_bad_case(faults.data("transformer", 1)[0])
+    (rows,) = qa.sensitivity(metric="L1").values()
+    assert rows[0][:2] == ["norm2.rsqrt", "table"]
+    assert rows[0][4] == "num_tables=6"
+    assert all(r[1] == "table" for r in rows) and rows[0][3] > rows[1][3]
+
+
+def test_convert_sensitivity_ties_go_to_the_first_divergence(corrupted, tmp_path):
+    """Every op after the planted fault restores the output as well as the
+    fault itself: among the ties, the fault (where the models first diverge)
+    comes first."""
+    _, qat_bc, quantized = corrupted
+    qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    (rows,) = qa.sensitivity(metric="L1").values()
+    best = rows[0][3]
+    tied = [r[0] for r in rows if r[3] == best]
+    assert len(tied) > 1 and tied[0] == f"{faults.PLANTED_CONV}#0"
