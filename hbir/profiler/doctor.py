@@ -270,7 +270,7 @@ def diagnose(
                 _lut_local_errors(a.model, b.model, ra, inputs, lut_errors)
                 _unexplained(a.model, b.model, ra, rb, unexplained)
             elif kind == "nv12":
-                nv12_check.add(a, b, ra, rb, inputs)
+                nv12_check.add(a, b, ra, rb, inputs, feeds[_position(road, b)])
         count += 1
     if planes is not None and next(planes, None) is not None:
         raise st.StageError(
@@ -309,6 +309,10 @@ def diagnose(
 
         write_report(diagnosis, out_dir)
     return diagnosis
+
+
+def _position(road, stage) -> int:
+    return next(i for i, s in enumerate(road) if s is stage)
 
 
 def _next_planes(planes, index: int) -> tuple:

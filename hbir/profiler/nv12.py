@@ -158,17 +158,29 @@ class InputDiff:
     shapes: tuple | None = None  # (baseline shape, nv12 shape) if they differ
 
 
+SWAPPED = "the U and V planes swapped"
+
+
 @dataclass
 class Nv12Check:
-    """The two parts of the nv12 contract (see the module), over a stream."""
+    """The two parts of the nv12 contract (see the module), over a stream.
+
+    When the entering codes break the bound on a batch, the usual mistakes are
+    tried on it (``hypotheses``): the planes with U and V swapped (NV21 frames),
+    and the model decoding with each other colour conversion (studio against
+    full range, RGB against BGR). A hypothesis that keeps every such batch
+    within the bound is named in the finding."""
 
     inputs: dict[str, InputDiff] = field(default_factory=dict)
     body: dict[tuple[str, int], float] = field(default_factory=dict)
     body_outputs: float = 0.0
+    # input -> hypothesis -> worst block levels over the batches that broke
+    hypotheses: dict[str, dict[str, float]] = field(default_factory=dict)
+    _variants: dict = field(default_factory=dict, repr=False)
 
-    def add(self, base: st.Stage, nv12: st.Stage, ra, rb, inputs) -> None:
+    def add(self, base: st.Stage, nv12: st.Stage, ra, rb, inputs, planes=None) -> None:
         """Add one batch: ``ra`` / ``rb`` the records of ``base`` (quantized.bc on
-        ``inputs``) and ``nv12`` (on the same frames' planes)."""
+        ``inputs``) and ``nv12`` (on the same frames' ``planes``)."""
         entries = nv12_entries(nv12.function)
         plain = plain_entries(base.function)
         for name, entry in entries.items():
@@ -184,6 +196,8 @@ class Nv12Check:
             scale = float(quantize.tap.scales.get_values()[0]) if quantize else 1.0
             levels = _levels_per_lsb(entry, scale, a.ndim)
             block, pixel, worst = entering_difference(a, b, entry.axes, levels)
+            if block > BOUND_LEVELS and planes is not None:
+                self._try(name, entry, nv12, planes, a, levels)
             diff.block_levels = max(diff.block_levels, block)
             diff.pixel_levels = max(diff.pixel_levels, pixel)
             diff.max_levels = max(diff.max_levels, worst)
@@ -202,6 +216,58 @@ class Nv12Check:
             if x.shape == y.shape:
                 d = float(np.max(np.abs(x - y), initial=0.0))
                 self.body_outputs = max(self.body_outputs, d)
+
+    def _try(self, name, entry, nv12, planes, codes, levels) -> None:
+        """Each hypothesis on one batch: the block difference it leaves."""
+        found = self.hypotheses.setdefault(name, {})
+        for label, stage, feed in self._candidates(entry, nv12, planes):
+            taps = stage.record(feed).taps
+            other = taps.get(name)
+            if other is None or other.shape != codes.shape:
+                found[label] = float("inf")
+                continue
+            block = entering_difference(codes, other, entry.axes, levels)[0]
+            found[label] = max(found.get(label, 0.0), block)
+
+    def _candidates(self, entry, nv12, planes):
+        swapped = tuple(
+            np.ascontiguousarray(np.asarray(p)[..., ::-1])
+            if np.asarray(p).shape[-1:] == (2,)
+            else p
+            for p in planes
+        )
+        yield SWAPPED, nv12, swapped
+        current = entry.preprocess.csc.data
+        if not current.startswith("yuv_"):
+            return
+        for csc in type(entry.preprocess).CSC_MODES:
+            if csc == current or not csc.startswith("yuv_"):
+                continue
+            if csc not in self._variants:
+                self._variants[csc] = _with_csc(nv12, entry, csc)
+            yield f'csc = "{csc}"', self._variants[csc], planes
+
+    def _named(self, name: str) -> str:
+        """The hypothesis that explains input ``name``'s difference, as a
+        sentence, or ""."""
+        tried = self.hypotheses.get(name, {})
+        fits = sorted((v, k) for k, v in tried.items() if v <= BOUND_LEVELS)
+        if not fits:
+            return ""
+        levels, label = fits[0]
+        if label == SWAPPED:
+            return (
+                f"; with {SWAPPED} the codes agree ({levels:.2f} levels): the "
+                "frames carry V before U (NV21), or the planes were made with U "
+                "and V swapped"
+            )
+        csc = label.split('"')[1]
+        return (
+            f"; decoded with {label} the codes agree ({levels:.2f} levels): the "
+            f"frames are {'studio' if 'video' in csc else 'full'}-range "
+            f"{csc.rsplit('_', 1)[-1].upper()}: insert the camera nodes with that "
+            "colour conversion"
+        )
 
     def problem(self, a: str, b: str, nv12: st.Stage, order):
         """(entry or key, cause, detail, lsb) of the first break, or None."""
@@ -228,7 +294,7 @@ class Nv12Check:
                     f"{BOUND_LEVELS:g}; per pixel {d.pixel_levels:.2f} mean, "
                     f"{d.max_levels:.0f} max): its colour conversion "
                     f'(csc = "{csc}"), mean / std or divisor do not match the '
-                    "frames and what the model was trained on",
+                    "frames and what the model was trained on" + self._named(name),
                     d.block_levels,
                 )
         for key in order:
@@ -250,6 +316,22 @@ class Nv12Check:
                 None,
             )
         return None
+
+
+def _with_csc(nv12: st.Stage, entry: Entry, csc: str) -> st.Stage:
+    """``nv12``'s model (a copy) decoding its input with colour conversion
+    ``csc``."""
+    from xdsl.dialects.builtin import StringAttr
+
+    from hbir.dialects.op_ids import op_ids
+    from hbir.module import Module
+
+    index = {op: n for n, op in op_ids(nv12.function.op).items()}[entry.preprocess]
+    copy = Module(nv12.model.module.op.clone())
+    name = nv12.function.name
+    op = op_ids(copy[name].op)[index]
+    op.properties["csc"] = StringAttr(csc)
+    return Nv12Stage(nv12.name, copy, nv12.grids)
 
 
 def entering_difference(a, b, axes, levels) -> tuple[float, float, float]:

@@ -112,6 +112,26 @@ def test_a_wrong_preprocess_mode_is_found_at_the_preprocess_op(mode, csc, tmp_pa
     assert f"%{f.analysis_op_id} 'hbir.image_preprocess' in nv12_quantized.bc" in text
     assert "cause: input preprocessing or layout" in text and csc in text
     assert "input _input_0" in (tmp_path / "report" / "report.html").read_text()
+    if csc == "yuv_bt601_video_to_rgb":  # the right mode is found and named
+        assert 'decoded with csc = "yuv_bt601_full_to_rgb" the codes agree' in f.detail
+        assert "full-range RGB" in f.detail
+    else:  # bgr_to_rgb reads the planes as colour: no YUV decoding explains it
+        assert "the codes agree" not in f.detail
+
+
+def test_swapped_chroma_planes_are_named(tmp_path):
+    """The right mode on frames whose U and V are swapped (NV21): found at the
+    preprocess op, and the swap named."""
+    case = faults.nv12_case(tmp_path)
+    swapped = [(y, np.ascontiguousarray(uv[..., ::-1])) for y, uv in case.planes]
+    case = faults.Nv12Case(
+        case.qat, case.qat_bc, case.quantized, case.nv12, case.data, swapped
+    )
+    d = _diagnose(case)
+    f = d.finding
+    assert f is not None and f.cause == "input preprocessing or layout", d.text()
+    assert "with the U and V planes swapped the codes agree" in f.detail
+    assert "NV21" in f.detail
 
 
 def _expected_wrong(case, csc) -> float:
