@@ -4,7 +4,7 @@
     hbir convert  qat.bc -o quantized.bc [--march nash-e] [--advice]
     hbir compile  quantized.bc -o model.hbm [--march nash-e] [--opt 2] [--progress]
     hbir run      MODEL -i x.npy [-o outputs.npz]       (.bc, .mlir or .hbm)
-    hbir perf     model.hbm [--out-dir DIR]
+    hbir perf     model.hbm [--out-dir DIR]             (or a quantized.bc)
     hbir verify   MODEL_A MODEL_B -i x.npy              (bit identity; exit 1 if not)
     hbir doctor   --qat qat.pt --data data.pt [...]     (stage, op and cause)
     hbir bisect   --qat-bc qat.bc --data data.pt --reference qat.pt --threshold T
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="FPS, latency and DDR traffic of a model.hbm on "
         "its march; writes <model>.json and <model>.html.",
     )
-    p.add_argument("model", help="model.hbm")
+    p.add_argument("model", help="model.hbm, or a quantized.bc (compiled in memory)")
     p.add_argument("--out-dir", default=".", help="where the reports go (default .)")
 
     p = sub.add_parser(

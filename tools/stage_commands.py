@@ -89,18 +89,28 @@ def run(ns) -> int:
 
 
 def perf(ns) -> int:
-    """The estimated speed of a model.hbm, with its JSON and HTML report."""
+    """The estimated speed of a model.hbm (or of the program a quantized.bc
+    compiles to), with its JSON and HTML report."""
+    import tempfile
+
     import hbir
 
-    if not ns.model.endswith(".hbm"):
-        raise HbirFileError(
-            f"{ns.model}: hbir perf estimates a compiled model (.hbm): compile it "
-            "first (hbir compile quantized.bc -o model.hbm)"
-        )
     if not os.path.isfile(ns.model):
         raise HbirFileError(f"{ns.model}: no such file")
-    hbir.hbm_perf(ns.model, ns.out_dir)
     stem = os.path.splitext(os.path.basename(ns.model))[0]
+    if ns.model.endswith(".hbm"):
+        hbir.hbm_perf(ns.model, ns.out_dir)
+    else:
+        model = _module(ns.model, "quantized.bc or model.hbm")
+        if model.march is None:
+            raise HbirFileError(
+                f"{ns.model}: not converted: hbir perf estimates a compiled model "
+                "(hbir convert it, then hbir compile)"
+            )
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, f"{stem}.hbm")
+            hbir.compile(model, path, model.march)
+            hbir.hbm_perf(path, ns.out_dir)
     print(f"wrote {os.path.join(ns.out_dir, stem)}.json and .html")
     return 0
 

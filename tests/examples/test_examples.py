@@ -171,6 +171,15 @@ def test_every_stage_from_the_shell_on_the_digits_artifacts(digits, tmp_path):
     res = hbir_command("perf", tmp_path / "model.hbm", "--out-dir", tmp_path / "perf")
     assert res.returncode == 0 and "FPS=" in res.stdout, res.stderr
     assert (tmp_path / "perf" / "model.json").exists()
+    res = hbir_command("perf", out / "quantized.bc", "--out-dir", tmp_path / "perf")
+    assert res.returncode == 0, res.stderr
+    import json
+
+    ours, theirs = (
+        json.loads((tmp_path / "perf" / f"{n}.json").read_text())["functions"][0]
+        for n in ("quantized", "model")
+    )
+    assert ours["cycles"] == theirs["cycles"]  # the program it compiles to
 
 
 def test_quickstart(tmp_path):

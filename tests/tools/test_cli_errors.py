@@ -206,10 +206,15 @@ CASES = {
         ["run", "{d}/model.hbm", "-i", "{d}/notes.txt"],
         "inputs are .npy files",
     ),
-    "perf quantized.bc": (
+    "perf qat.bc": (
         hbir_cli.main,
-        ["perf", "{d}/quantized.bc"],
-        "compile it first",
+        ["perf", "{d}/qat.bc"],
+        "qat.bc: not converted: hbir perf estimates a compiled model",
+    ),
+    "perf a missing file": (
+        hbir_cli.main,
+        ["perf", "{d}/missing.hbm"],
+        "missing.hbm: no such file",
     ),
     "verify a missing model": (
         hbir_cli.main,
