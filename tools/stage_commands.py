@@ -116,16 +116,37 @@ def perf(ns) -> int:
 
 
 def verify(ns) -> int:
-    """Two models on the same inputs: 0 bit-identical, 1 not."""
+    """Two models on the same inputs: 0 bit-identical, 1 not. A model.hbm whose
+    checksums or framing fail is not bit-identical to anything: 1, naming the
+    damage (a file that is no model.hbm at all is bad input, 2)."""
+    from hbir.hbm.errors import HbmFormatError
     from hbir.tools.hb_verifier import verify as verify_pair
 
-    return verify_pair(
-        [ns.model_a, ns.model_b],
-        ns.input,
-        ns.compare_digits,
-        ns.dump_all_nodes,
-        strict=True,
-    )
+    try:
+        return verify_pair(
+            [ns.model_a, ns.model_b],
+            ns.input,
+            ns.compare_digits,
+            ns.dump_all_nodes,
+            strict=True,
+        )
+    except HbmFormatError as e:
+        damaged = [p for p in (ns.model_a, ns.model_b) if _is_hbm_file(p)]
+        if not damaged:
+            raise
+        print(f"not bit-identical: {e} (compile it again)")
+        return 1
+
+
+def _is_hbm_file(path: str) -> bool:
+    """The file starts as a model.hbm does (so a failure to load it is damage)."""
+    from hbir.hbm.container import MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------------------ helpers

@@ -273,3 +273,22 @@ def test_options_out_of_range_are_hbir_errors():
     ):
         with pytest.raises(hbir.HbirError):
             call()
+
+
+def test_verify_calls_a_damaged_model_hbm_not_bit_identical(files, capsys):
+    """A byte flipped inside model.hbm: its checksums fail, so it is not
+    bit-identical to quantized.bc (exit 1, naming the damage); a file that is no
+    model.hbm at all stays bad input (exit 2)."""
+    data = bytearray((files / "model.hbm").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (files / "flipped.hbm").write_bytes(bytes(data))
+    args = ["verify", files / "quantized.bc", files / "flipped.hbm", "-i"]
+    with pytest.raises(SystemExit) as stop:
+        hbir_cli.main([str(a) for a in [*args, files / "x.npy"]])
+    out = capsys.readouterr().out
+    assert stop.value.code == 1
+    assert out.startswith("not bit-identical: ") and "corrupt" in out
+    (files / "text.hbm").write_text("not a model")
+    args = ["verify", files / "quantized.bc", files / "text.hbm", "-i"]
+    code, err = _run(hbir_cli.main, [*args, files / "x.npy"], capsys)
+    assert code == 2 and "text.hbm" in err
