@@ -31,6 +31,7 @@ CAUSES = (
     "march limit",
     "stale or corrupted model.hbm",
     "stale or foreign checkpoint",
+    "input normalisation",
     # an op qat.bc marks qnt.inexact, with its cause (qnt.INEXACT_CAUSES)
     *(f"inexact: {cause}" for cause in qnt.INEXACT_CAUSES),
     "tool bug",
@@ -141,6 +142,15 @@ class Diagnosis:
             ]
             return "\n".join(lines)
         op = f"%{f.op_id}" if f.op_id is not None else "(not in qat.bc)"
+        if f.baseline == "data":  # a user-side cause: every pair is within
+            lines += [
+                "every stage is within its contract, but the data is not what the "
+                "model was calibrated on",
+                f"first op: {op} in qat.bc '{f.hbir_op}' <- {f.layer} ({f.torch_op})",
+                f"  torch source: {f.source or 'unknown'}",
+                f"cause: {f.cause}: {f.detail}",
+            ]
+            return "\n".join(lines)
         lines += [
             f"first stage pair beyond contract: {f.baseline} -> {f.analysis}",
             f"first op: {op} in qat.bc '{f.hbir_op}' <- {f.layer} ({f.torch_op})",
@@ -246,6 +256,7 @@ def diagnose(
         source = road[-1].model
         road.append(HbmStage("model.hbm", model_hbm, grids, source=source))
     nv12_check = nv12.Nv12Check()
+    data_check = _input_check(qat_model)
     pairs = list(zip(road, road[1:], strict=False))
     comparisons = [Comparison() for _ in pairs]
     lut_errors: dict[tuple[str, int], tuple[float, int, int]] = {}
@@ -254,6 +265,8 @@ def diagnose(
     total = len(data) if hasattr(data, "__len__") else None
     batches = _progress([first], it, progress, total)
     for inputs in batches:
+        if data_check is not None:
+            data_check.add(inputs)
         feeds = [inputs] * len(road)
         if planes is not None:
             frame = _next_planes(planes, count)
@@ -303,12 +316,48 @@ def diagnose(
                 finding = _input_finding(a, b, key, cause, detail, lsb, ids, func)
             else:
                 finding = _finding(a, b, key, cause, detail, lsb, comp, ids, func)
+    if finding is None and data_check is not None:
+        finding = _data_finding(data_check, func, ids)
     diagnosis = Diagnosis(results, finding, count, [s.name for s in road])
     if out_dir is not None:
         from hbir.profiler.report import write_report
 
         write_report(diagnosis, out_dir)
     return diagnosis
+
+
+def _input_check(qat_model):
+    from torch import fx
+
+    from hbir.profiler.input_check import InputCheck, input_ranges
+
+    if not isinstance(qat_model, fx.GraphModule):
+        return None
+    ranges = input_ranges(qat_model)
+    return InputCheck(ranges) if ranges else None
+
+
+def _data_finding(check, func, ids) -> Finding | None:
+    """A finding at the input QuantStub when the data does not look like the
+    calibration data (``profiler/input_check.py``)."""
+    found = check.problem()
+    if found is None:
+        return None
+    r, detail = found
+    op = main_ops(func).get(r.key)
+    origin = og.origin_of(op) if op is not None else None
+    return Finding(
+        "data",
+        "qat.pt",
+        og.key_text(r.key),
+        origin.torch_op if origin else "",
+        ids.get(r.key),
+        None,
+        op.name if op is not None else "",
+        origin.source if origin else "",
+        "input normalisation",
+        detail,
+    )
 
 
 def _position(road, stage) -> int:

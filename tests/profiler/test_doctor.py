@@ -137,6 +137,7 @@ def test_causes_are_the_fixed_list():
         "march limit",
         "stale or corrupted model.hbm",
         "stale or foreign checkpoint",
+        "input normalisation",
         "inexact: float_validation",
         "tool bug",
     )
@@ -287,3 +288,25 @@ def test_a_qat_bc_exported_from_another_checkpoint(tmp_path):
     assert f"'hbir.constant' (of {faults.PLANTED_CONV}#0)" in f.detail
     assert f"has {before!r} at [0, 0, 0, 0], qat.pt's export has {after!r}" in f.detail
     assert "export it again" in f.detail
+
+
+def test_data_normalised_otherwise_than_calibration_is_named(tmp_path):
+    """Every stage agrees bit for bit on data in 0..255 while the model was
+    calibrated on data in about [-1, 1]: the doctor says so at the input
+    QuantStub and names the normalisation that fits."""
+    qat, _ = zoo_stages.calibrated("resnet", tmp_path)
+    data = [tuple((x + 1) * 127.5 for x in batch) for batch in faults.data("resnet")]
+    d = diagnose(qat, data)
+    assert all(p.within for p in d.pairs), d.text()
+    f = d.finding
+    assert f is not None and f.cause == "input normalisation", d.text()
+    assert (f.baseline, f.analysis) == ("data", "qat.pt")
+    assert f.layer == "quant#0" and f.hbir_op == "qnt.const_fake_quant"
+    assert (
+        "of its values fall outside the range its QuantStub was calibrated" in f.detail
+    )
+    assert "as x / 127.5 - 1 it would fit" in f.detail
+    line = faults.zoo_line("x = self.pool(self.stem(self.quant(x)))")
+    assert f.source == f"tests/zoo.py:{line}"
+    assert "but the data is not what the model was calibrated on" in d.text()
+    assert not d.ok
