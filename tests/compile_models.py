@@ -148,3 +148,23 @@ def compiled(name: str, tmp_path_factory):
         path = tmp / "model.hbm"
         _COMPILED[name] = (model, batches, hbir.compile(model, path), path)
     return _COMPILED[name]
+
+
+def halve_a_multiplier(program, loc: str = "", channel: int = 0):
+    """Plant a fault in a compiled program (in place): one channel of the first
+    per-channel requantization multiplier (of an instruction whose torch location
+    contains ``loc``) halved. (index of the instruction, channel, old, new)."""
+    code = program.functions[0]
+    index = next(
+        i
+        for i, (ins, debug) in enumerate(
+            zip(code.instructions, code.debug, strict=True)
+        )
+        if loc in debug.loc
+        and ins.fields.get("multiplier", -1) >= 0
+        and code.constants[ins.fields["multiplier"]].size > max(1, channel)
+    )
+    values = code.constants[code.instructions[index].fields["multiplier"]]
+    old = int(values[channel])
+    values[channel] = old // 2
+    return index, channel, old, old // 2

@@ -85,29 +85,12 @@ class BisectError(HbirError):
 
 
 def _load_bc(path: str, flag: str):
-    """The hbir model (a ``.bc`` / ``.mlir``) ``flag`` names; a compiled
-    ``model.hbm`` is refused by name (these tools edit and convert ``.bc``)."""
-    import hbir
-    from hbir.diagnostics import HbirFileError
+    from hbir.tools.model_files import load_ir
 
-    model = hbir.load(path)
-    if not isinstance(model, hbir.Module):
-        raise HbirFileError(
-            f"{flag} {path}: a compiled model ({type(model).__name__}, model.hbm); "
-            f"{flag} takes a .bc (qat.bc, quantized.bc)"
-        )
-    return model
+    return load_ir(path, "a .bc (qat.bc, quantized.bc)", flag)
 
 
 def _load_hbm(path: str, flag: str):
-    """The compiled model ``flag`` names; a ``.bc`` is refused by name."""
-    import hbir
-    from hbir.diagnostics import HbirFileError
+    from hbir.tools.model_files import load_hbm
 
-    model = hbir.load(path)
-    if not isinstance(model, hbir.Hbm):
-        raise HbirFileError(
-            f"{flag} {path}: an hbir model ({type(model).__name__}); {flag} takes "
-            "the compiled model.hbm (hbir compile quantized.bc -o model.hbm)"
-        )
-    return model
+    return load_hbm(path, flag)

@@ -154,17 +154,11 @@ def _is_hbm_file(path: str) -> bool:
 
 def _module(path: str, what: str):
     """The hbir model (``.bc`` / ``.mlir``) at ``path``; a model.hbm is refused."""
-    import hbir
+    from hbir.tools.model_files import load_ir
 
     if not os.path.isfile(path):
         raise HbirFileError(f"{path}: no such file")
-    model = hbir.load(path)
-    if not isinstance(model, hbir.Module):
-        raise HbirFileError(
-            f"{path}: a compiled model (model.hbm): this command takes {what} "
-            "(a .bc or .mlir)"
-        )
-    return model
+    return load_ir(path, what)
 
 
 def _check_output(path: str, suffixes: tuple[str, ...], what: str) -> None:

@@ -106,6 +106,8 @@ def test_every_stage_from_the_shell_on_the_digits_artifacts(digits, tmp_path):
     from the shell write the very files the Python API wrote; verify says
     bit-identical (exit 0), and names the instruction of a corrupted model.hbm
     (exit 1)."""
+    import compile_models
+
     import hbir
     from hbir.hbm import container
 
@@ -140,14 +142,7 @@ def test_every_stage_from_the_shell_on_the_digits_artifacts(digits, tmp_path):
     assert f"bit-identical: all {x.shape[0] * 10} elements of 1 output(s)" in res.stdout
 
     program = hbir.load(tmp_path / "model.hbm").program
-    code = program.functions[0]
-    index = next(
-        i
-        for i, ins in enumerate(code.instructions)
-        if ins.fields.get("multiplier", -1) >= 0
-        and code.constants[ins.fields["multiplier"]].size > 1
-    )
-    code.constants[code.instructions[index].fields["multiplier"]][0] //= 2
+    index, _, _, _ = compile_models.halve_a_multiplier(program)
     container.write(program, tmp_path / "bad.hbm")
     res = hbir_command(
         "verify", out / "quantized.bc", tmp_path / "bad.hbm", "-i", out / "x.npy"

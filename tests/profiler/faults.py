@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import compile_models
 import numpy as np
 import torch
 import zoo
@@ -182,20 +183,9 @@ def corrupted_hbm(tmp_path, path: str = PLANTED_CONV):
     qat_bc = export(qat, example)
     quantized = hbir.convert(qat_bc, "nash-e")
     program = hbir.compile(quantized, tmp_path / "model.hbm").program
-    code = program.functions[0]
-    index = next(
-        i
-        for i, (ins, debug) in enumerate(
-            zip(code.instructions, code.debug, strict=True)
-        )
-        if f"({path}|" in debug.loc
-        and ins.fields.get("multiplier", -1) >= 0
-        and code.constants[ins.fields["multiplier"]].size > 1
+    index, channel, old, new = compile_models.halve_a_multiplier(
+        program, f"({path}|", channel=1
     )
-    values = code.constants[code.instructions[index].fields["multiplier"]]
-    channel = 1
-    old = int(values[channel])
-    values[channel] = old // 2
     container.write(program, tmp_path / "bad.hbm")
     bad = hbir.load(tmp_path / "bad.hbm")
-    return qat, qat_bc, quantized, bad, index, channel, old, old // 2
+    return qat, qat_bc, quantized, bad, index, channel, old, new

@@ -327,14 +327,8 @@ def corrupted_hbm(resnet, resnet_hbm):
 
     folder, _ = resnet
     program = hbir.load(resnet_hbm).program
+    index, _, _, _ = compile_models.halve_a_multiplier(program)
     code = program.functions[0]
-    index = next(
-        i
-        for i, ins in enumerate(code.instructions)
-        if ins.fields.get("multiplier", -1) >= 0
-        and code.constants[ins.fields["multiplier"]].size > 1
-    )
-    code.constants[code.instructions[index].fields["multiplier"]][0] //= 2
     path = folder / "bad.hbm"
     container.write(program, path)
     return path, index, code.debug[index].value_of
