@@ -8,14 +8,15 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
 
-def _load_shared(name: str) -> None:
-    """Make tests/<name>.py importable as ``name`` (the model zoo and its stages).
+def _load_shared(name: str, file: str) -> None:
+    """Make tests/<file> importable as ``name`` (the model zoo and its stages,
+    the planted faults of tests/profiler).
 
     Loaded by path rather than by putting tests/ on sys.path, so that no test
     folder can ever stand in for a package (the tests of hbir/ live in
     tests/core for that reason).
     """
-    path = os.path.join(os.path.dirname(__file__), f"{name}.py")
+    path = os.path.join(os.path.dirname(__file__), file)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -23,7 +24,8 @@ def _load_shared(name: str) -> None:
 
 
 for _name in ("zoo", "zoo_stages", "lut_reference", "compile_models"):
-    _load_shared(_name)
+    _load_shared(_name, f"{_name}.py")
+_load_shared("profiler_faults", os.path.join("profiler", "faults.py"))
 
 
 def pytest_configure(config):

@@ -1,24 +1,15 @@
 """bisect_float_fallback finds the planted op of faults (a) and (c), and prints
 the bc_editor config that reproduces the float region."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
+import profiler_faults as faults
 import pytest
 
 import hbir
 from hbir.bc_editor import remove_fake_quant
 from hbir.profiler.bisect import BisectError, bisect_float_fallback, hbir_outputs
-
-_spec = importlib.util.spec_from_file_location(
-    "profiler_faults", Path(__file__).with_name("faults.py")
-)
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["profiler_faults"] = faults
-_spec.loader.exec_module(faults)
 
 
 def _float_origins(result):

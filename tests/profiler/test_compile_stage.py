@@ -2,10 +2,7 @@
 through the debug table; a planted fault named by stage, op, instruction, field
 and values, checked against the constants the test itself changed."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import profiler_faults as faults
 import zoo_stages
 
 import hbir
@@ -14,13 +11,6 @@ from hbir.profiler import diagnose
 from hbir.profiler.compile_stage import program_difference, source_mismatch
 from hbir.profiler.origin import origin_of
 from hbir.quantization import export
-
-_spec = importlib.util.spec_from_file_location(
-    "profiler_faults", Path(__file__).with_name("faults.py")
-)
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["profiler_faults"] = faults
-_spec.loader.exec_module(faults)
 
 
 def test_a_clean_model_hbm_is_within_contract_at_every_layer(tmp_path):

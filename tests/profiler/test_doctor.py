@@ -1,10 +1,9 @@
 """hbir.profiler.diagnose: every stage within contract on the zoo, and each
 planted fault found at the right stage pair, op and cause."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
+import profiler_faults as faults
 import pytest
 import torch
 import zoo
@@ -27,13 +26,6 @@ from hbir.quantization import (
     qint16,
     set_fake_quantize,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "profiler_faults", Path(__file__).with_name("faults.py")
-)
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["profiler_faults"] = faults
-_spec.loader.exec_module(faults)
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)

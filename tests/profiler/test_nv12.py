@@ -10,11 +10,8 @@ yuvbt601full2rgb (right) 0.82 levels; yuvbt601video2rgb 11.2; bgr2rgb 64.4;
 yuvbt601full2bgr 68.5; None 72.5. The bound is 2 levels (profiler/nv12.py).
 """
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
+import profiler_faults as faults
 import pytest
 
 import hbir
@@ -23,13 +20,6 @@ from hbir.dialects.op_ids import op_ids
 from hbir.profiler import diagnose
 from hbir.profiler.nv12 import BOUND_LEVELS, entering_difference
 from hbir.profiler.origin import origin_of
-
-_spec = importlib.util.spec_from_file_location(
-    "profiler_faults", Path(__file__).with_name("faults.py")
-)
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["profiler_faults"] = faults
-_spec.loader.exec_module(faults)
 
 
 def _diagnose(case, **kw):

@@ -2,10 +2,9 @@
 
 import copy
 import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
+import profiler_faults as faults
 import pytest
 import torch
 import zoo_stages
@@ -17,13 +16,6 @@ from hbir.profiler.stages import StageError
 from hbir.profiler.tables import parse_psql
 from hbir.quantization import export
 from hbir.quantization.fake_quantize import FakeQuantize
-
-_spec = importlib.util.spec_from_file_location(
-    "profiler_faults", Path(__file__).with_name("faults.py")
-)
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["profiler_faults"] = faults
-_spec.loader.exec_module(faults)
 
 COMPARE_COLUMNS = [
     "",

@@ -1,23 +1,14 @@
 """report.json and report.html; the page checked in a real headless Chromium."""
 
-import importlib.util
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
+import profiler_faults as faults
 import pytest
 
 from hbir.profiler import diagnose
-
-_spec = importlib.util.spec_from_file_location(
-    "profiler_faults", Path(__file__).with_name("faults.py")
-)
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["profiler_faults"] = faults
-_spec.loader.exec_module(faults)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FINDING_RED = (214, 39, 40)  # #d62728: the finding's bar

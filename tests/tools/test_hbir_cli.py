@@ -1,23 +1,16 @@
 """``hbir doctor`` as a user runs it: files in, one screen out, report files."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import profiler_faults as faults
 import pytest
 import torch
 import zoo_stages
 
 import hbir
-
-_spec = importlib.util.spec_from_file_location(
-    "profiler_faults", Path(__file__).parents[1] / "profiler" / "faults.py"
-)
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["profiler_faults"] = faults
-_spec.loader.exec_module(faults)
 
 ROOT = Path(__file__).parents[2]
 
