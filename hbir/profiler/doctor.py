@@ -32,6 +32,7 @@ CAUSES = (
     "stale or corrupted model.hbm",
     "stale or foreign checkpoint",
     "input normalisation",
+    "observer still on",
     # an op qat.bc marks qnt.inexact, with its cause (qnt.INEXACT_CAUSES)
     *(f"inexact: {cause}" for cause in qnt.INEXACT_CAUSES),
     "tool bug",
@@ -141,6 +142,12 @@ class Diagnosis:
                 f"cause: {f.cause}: {f.detail}",
             ]
             return "\n".join(lines)
+        if f.cause == "observer still on":  # nothing could be compared
+            lines += [
+                f"qat.pt is not frozen: {f.layer} and others still observe",
+                f"cause: {f.cause}: {f.detail}",
+            ]
+            return "\n".join(lines)
         op = f"%{f.op_id}" if f.op_id is not None else "(not in qat.bc)"
         if f.baseline == "data":  # a user-side cause: every pair is within
             lines += [
@@ -225,6 +232,9 @@ def diagnose(
     first = next(it, None)
     if first is None:
         raise st.StageError("diagnose: data is empty: give at least one input batch")
+    observing = _observing(qat_model)
+    if observing is not None:
+        return observing
     checkpoint = None
     if qat_bc is None:
         qat_bc = export(qat_model, first)
@@ -324,6 +334,49 @@ def diagnose(
 
         write_report(diagnosis, out_dir)
     return diagnosis
+
+
+def _observing(qat_model) -> Diagnosis | None:
+    """qat.pt with observers still running (CALIBRATION or QAT state): its scales
+    move with every batch, so no later stage is the same model; a finding at the
+    first such fake quant, before anything is exported."""
+    from torch import nn
+
+    from hbir.quantization.fake_quantize import FakeQuantize
+
+    if not isinstance(qat_model, nn.Module):
+        return None
+    names = [
+        name
+        for name, m in qat_model.named_modules()
+        if isinstance(m, FakeQuantize) and bool(m.observer_enabled[0])
+    ]
+    if not names:
+        return None
+    state = next(
+        (m._state.name for m in qat_model.modules() if isinstance(m, FakeQuantize)),
+        None,
+    )
+    shown = ", ".join(names[:3]) + (
+        f" and {len(names) - 3} more" if len(names) > 3 else ""
+    )
+    finding = Finding(
+        "qat.pt",
+        "qat.pt",
+        names[0].removesuffix(".activation_post_process"),
+        "FakeQuantize",
+        None,
+        None,
+        "",
+        "",
+        "observer still on",
+        f"{len(names)} fake quant(s) of qat.pt still observe ({shown})"
+        + (f", in FakeQuantState.{state}" if state else "")
+        + ": their scales move with every batch, so no later stage computes the "
+        "same model; evaluate and export in VALIDATION: model.eval(); "
+        "set_fake_quantize(model, FakeQuantState.VALIDATION)",
+    )
+    return Diagnosis([], finding, 0, ["qat.pt"])
 
 
 def _input_check(qat_model):

@@ -130,6 +130,7 @@ def test_causes_are_the_fixed_list():
         "stale or corrupted model.hbm",
         "stale or foreign checkpoint",
         "input normalisation",
+        "observer still on",
         "inexact: float_validation",
         "tool bug",
     )
@@ -302,3 +303,17 @@ def test_data_normalised_otherwise_than_calibration_is_named(tmp_path):
     assert f.source == f"tests/zoo.py:{line}"
     assert "but the data is not what the model was calibrated on" in d.text()
     assert not d.ok
+
+
+@pytest.mark.parametrize("state", ["CALIBRATION", "QAT"])
+def test_a_qat_pt_still_observing_is_a_finding_not_an_error(state, tmp_path):
+    qat, _ = zoo_stages.calibrated("resnet", tmp_path)
+    qat.train(state == "QAT")
+    set_fake_quantize(qat, getattr(FakeQuantState, state))
+    d = diagnose(qat, faults.data("resnet"))
+    f = d.finding
+    assert f is not None and f.cause == "observer still on"
+    assert f"in FakeQuantState.{state}" in f.detail
+    assert "set_fake_quantize(model, FakeQuantState.VALIDATION)" in f.detail
+    assert f.layer == "quant" and not d.ok and d.pairs == []
+    assert "qat.pt is not frozen" in d.text()
