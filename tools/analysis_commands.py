@@ -46,6 +46,25 @@ def doctor(ns) -> int:
     print(result.text())
     if ns.out_dir:
         print(f"wrote {ns.out_dir}/report.json and {ns.out_dir}/report.html")
+    if ns.fix and not result.ok:
+        from hbir.profiler.fix import remedy
+
+        fix = remedy(
+            result,
+            qat,
+            data,
+            ns.march,
+            qat_bc=qat_bc,
+            quantized_bc=quantized,
+            nv12_quantized_bc=nv12,
+            nv12_data=planes,
+            model_hbm=hbm,
+        )
+        print(
+            fix.text()
+            if fix is not None
+            else f"fix: none for '{result.finding.cause}': it needs a person"
+        )
     return 0 if result.ok else 3
 
 

@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--march", default="nash-e", choices=MARCHES)
     p.add_argument("--out-dir", help="write report.json and report.html here")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="apply the finding's mechanical remedy to a copy and report the "
+        "figures before and after (no file is changed)",
+    )
 
     p = sub.add_parser(
         "bisect",

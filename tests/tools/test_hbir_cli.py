@@ -176,6 +176,12 @@ def test_doctor_names_the_instruction_of_a_corrupted_model_hbm(tmp_path):
     assert "cause: stale or corrupted model.hbm:" in out
     assert f"instruction #{index} conv" in out
     assert f"has {new} at [{channel}], a fresh compile has {old}" in out
+    bad = (tmp_path / "bad.hbm").read_bytes()
+    run = _doctor(*files, "--hbm", tmp_path / "bad.hbm", "--fix")
+    assert run.returncode == 3, run.stderr
+    assert "fix (stale or corrupted model.hbm): model.hbm compiled again" in run.stdout
+    assert "after the fix every stage is within its contract" in run.stdout
+    assert (tmp_path / "bad.hbm").read_bytes() == bad  # no file changed
     run = _doctor(*files, "--hbm", tmp_path / "model.hbm")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "quantized.bc -> model.hbm" in run.stdout
