@@ -31,17 +31,15 @@ def doctor(ns) -> int:
     nv12 = _load_bc(ns.nv12_bc, "--nv12-bc") if ns.nv12_bc else None
     planes = load_inputs(ns.nv12_data) if ns.nv12_data else None
     hbm = _load_hbm(ns.hbm, "--hbm") if ns.hbm else None
+    stages = {
+        "qat_bc": qat_bc,
+        "quantized_bc": quantized,
+        "nv12_quantized_bc": nv12,
+        "nv12_data": planes,
+        "model_hbm": hbm,
+    }
     result = diagnose(
-        qat,
-        data,
-        ns.march,
-        qat_bc=qat_bc,
-        quantized_bc=quantized,
-        nv12_quantized_bc=nv12,
-        nv12_data=planes,
-        model_hbm=hbm,
-        out_dir=ns.out_dir,
-        progress=sys.stderr.isatty(),
+        qat, data, ns.march, **stages, out_dir=ns.out_dir, progress=sys.stderr.isatty()
     )
     print(result.text())
     if ns.out_dir:
@@ -49,17 +47,7 @@ def doctor(ns) -> int:
     if ns.fix and not result.ok:
         from hbir.profiler.fix import remedy
 
-        fix = remedy(
-            result,
-            qat,
-            data,
-            ns.march,
-            qat_bc=qat_bc,
-            quantized_bc=quantized,
-            nv12_quantized_bc=nv12,
-            nv12_data=planes,
-            model_hbm=hbm,
-        )
+        fix = remedy(result, qat, data, ns.march, **stages)
         print(
             fix.text()
             if fix is not None
