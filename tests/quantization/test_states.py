@@ -114,6 +114,8 @@ def test_wrong_mode_when_setting_the_state(model_and_qat, state, mode, hint):
         set_fake_quantize(qat, state)
 
 
+# an uncalibrated model on purpose: its first VALIDATION forward warns
+@pytest.mark.filterwarnings("ignore:the first forward in FakeQuantState.VALIDATION")
 def test_wrong_mode_at_forward_names_the_module_and_the_fix(model_and_qat):
     _, qat = model_and_qat
     qat.eval()
