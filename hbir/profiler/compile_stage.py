@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hbir.profiler import origin as og
+from hbir.profiler.metrics import first_difference
 from hbir.profiler.stages import Stage, StageError
 
 
@@ -203,13 +204,11 @@ def _buffer_difference(given, fresh, a: int, b: int, what: str) -> str:
         return ""
     if ca.shape != cb.shape:
         return f"{what} (a constant) has shape {ca.shape}, a fresh compile {cb.shape}"
-    differ = np.argwhere(ca != cb)
-    if not len(differ):
+    e = first_difference(ca, cb)
+    if e is None:
         return ""
-    at = tuple(int(v) for v in differ[0])
-    index = at[0] if len(at) == 1 else list(at)
     return (
-        f"{what} (a constant, {ba.dtype}{list(ca.shape)}) has {ca[at].item()!r} at "
-        f"[{index}], a fresh compile has {cb[at].item()!r} ({len(differ)} of {ca.size} "
+        f"{what} (a constant, {ba.dtype}{list(ca.shape)}) has {e.value!r} at "
+        f"{e.index}, a fresh compile has {e.other!r} ({e.count} of {e.size} "
         "elements differ)"
     )

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from hbir.dialects import qnt
-from hbir.profiler import nv12
+from hbir.profiler import metrics, nv12
 from hbir.profiler import origin as og
 from hbir.profiler import stages as st
 from hbir.profiler.compare import Comparison
@@ -729,11 +729,10 @@ def _checkpoint_cause(key, d, qat_bc, own) -> tuple[str, str]:
             if va.shape != vb.shape:
                 what = f"shape {list(va.shape)}, qat.pt's export {list(vb.shape)}"
             else:
-                differ = np.argwhere(va != vb)
-                at = tuple(int(v) for v in differ[0])
+                e = metrics.first_difference(va, vb)
                 what = (
-                    f"{va[at].item()!r} at {list(at)}, qat.pt's export has "
-                    f"{vb[at].item()!r} ({len(differ)} of {va.size} elements differ)"
+                    f"{e.value!r} at {e.index}, qat.pt's export has {e.other!r} "
+                    f"({e.count} of {e.size} elements differ)"
                 )
         else:
             changed = _changed_property(x, y)
@@ -779,15 +778,14 @@ def _changed_property(a, b) -> str:
         if other is None or str(other) == str(value):
             continue
         x, y = _property_array(value), _property_array(other)
+        e = None
         if x is not None and y is not None and x.shape == y.shape:
-            differ = np.argwhere(x != y)
-            if len(differ):
-                at = tuple(int(v) for v in differ[0])
-                index = at[0] if len(at) == 1 else list(at)
-                return (
-                    f"{name}[{index}] = {x[at].item()!r} (expected "
-                    f"{y[at].item()!r}; {len(differ)} of {x.size} elements differ)"
-                )
+            e = metrics.first_difference(x, y)
+        if e is not None:
+            return (
+                f"{name}{e.index} = {e.value!r} (expected {e.other!r}; "
+                f"{e.count} of {e.size} elements differ)"
+            )
         text = str(value)
         return f"{name} = {text[:60]}{'...' if len(text) > 60 else ''}"
     return ""

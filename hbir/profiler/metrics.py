@@ -16,6 +16,8 @@ one for Cosine and SQNR (the reference sorts sensitivities that way).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from hbir.errors import HbirValueError
@@ -114,3 +116,25 @@ def canonical(name: str) -> str:
 def worse(name: str, a: float, b: float) -> bool:
     """Is ``a`` worse than ``b`` under metric ``name``?"""
     return a > b if LARGER_IS_WORSE[canonical(name)] else a < b
+
+
+@dataclass(frozen=True)
+class ElementDifference:
+    """Where two same-shape arrays first differ (row-major), for messages that
+    name the element and both values."""
+
+    index: str  # "[3]", or "[1, 0, 2, 2]" for more dimensions
+    value: object  # the first array's element there
+    other: object  # the second's
+    count: int  # elements that differ
+    size: int
+
+
+def first_difference(a: np.ndarray, b: np.ndarray) -> ElementDifference | None:
+    """The first element where ``a`` and ``b`` (the same shape) differ, or None."""
+    differ = np.argwhere(a != b)
+    if not len(differ):
+        return None
+    at = tuple(int(v) for v in differ[0])
+    index = f"[{at[0]}]" if len(at) == 1 else str(list(at))
+    return ElementDifference(index, a[at].item(), b[at].item(), len(differ), a.size)
