@@ -137,7 +137,8 @@ def record_torch(gm, inputs: Iterable) -> Record:
     import torch
 
     record = Record()
-    recorder = _recorder_class()(gm, torch_keys(gm), record, torch_grids(gm))
+    keys = torch_keys(gm)
+    recorder = _recorder_class()(gm, keys, record, torch_grids(gm, keys))
     with torch.no_grad():
         out = recorder.run(*inputs)
     recorder.env.clear()
@@ -243,13 +244,14 @@ def fake_quant_grids(func_op) -> dict[tuple[str, int], Grid]:
     return grids
 
 
-def torch_grids(gm) -> dict[tuple[str, int], Grid]:
-    """The per-tensor output grid of every module call with an output fake quant."""
+def torch_grids(gm, keys: dict | None = None) -> dict[tuple[str, int], Grid]:
+    """The per-tensor output grid of every module call with an output fake quant
+    (``keys``: ``torch_keys(gm)``, when the caller has it)."""
     from hbir.quantization.fake_quantize import FakeQuantize
 
     grids = {}
     modules = dict(gm.named_modules())
-    for node, key in torch_keys(gm).items():
+    for node, key in (keys if keys is not None else torch_keys(gm)).items():
         fq = getattr(modules.get(node.target), "activation_post_process", None)
         if node.op != "call_module" or not isinstance(fq, FakeQuantize):
             continue

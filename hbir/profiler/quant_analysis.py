@@ -369,7 +369,7 @@ class QuantAnalysis:
         base = self._outputs(self.baseline, inputs)
         candidates, kind = self._toggles()
         flops = self._flops(candidates, inputs)
-        diverge = self._first_divergence(inputs)
+        diverge = self._first_divergence()
         jobs = [(i, c) for i, c in enumerate(candidates)]
         results = _map(
             _toggle_job, [(self, c, inputs) for _, c in jobs], workers, backend
@@ -537,17 +537,15 @@ class QuantAnalysis:
             for m, on in saved.items():
                 m.quantized_forward = on
 
-    def _first_divergence(self, inputs) -> dict[str, int]:
+    def _first_divergence(self) -> dict[str, int]:
         """Toggle label -> the rank of its layer among those whose value differs
-        between the models on ``inputs``, in execution order (the first to
-        diverge ranks 0): what breaks a tie of the sensitivity metric."""
-        base, analy = self.baseline.record(inputs), self.analysis.record(inputs)
+        between the models on the bad case (``run``'s comparison, in execution
+        order: the first to diverge ranks 0): what breaks a sensitivity tie."""
+        if self.comparison is None:
+            self.run()
         ranks: dict[str, int] = {}
-        for key, layer in analy.layers.items():
-            other = base.layers.get(key)
-            if other is None or other.value.shape != layer.value.shape:
-                continue
-            if not np.array_equal(other.value, layer.value, equal_nan=True):
+        for key, d in self.comparison.layers.items():
+            if d.atol > 0 or d.mismatch:
                 ranks.setdefault(og.key_text(key), len(ranks))
         return ranks
 
