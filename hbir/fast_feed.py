@@ -55,7 +55,6 @@ def _key(module: ModuleOp) -> tuple:
 def _built(module: ModuleOp) -> _Built | None:
     """The cached program of ``module`` (None: not a converted model)."""
     from hbir.module import ATTR_MARCH
-    from hbir.runtime.plan import Snapshot
 
     if ATTR_MARCH not in module.attributes:
         return None
@@ -68,7 +67,6 @@ def _built(module: ModuleOp) -> _Built | None:
         and all(s.matches(f) for s, f in zip(hit.snapshots, functions, strict=True))
     ):
         return hit
-    snapshots = tuple(Snapshot.of(f) for f in functions)
     if _lowered(module):
         sims, reason = {}, "npu ops already: a compiled program, run op by op"
     else:
@@ -84,23 +82,33 @@ def _built(module: ModuleOp) -> _Built | None:
                 RuntimeWarning,
                 stacklevel=4,
             )
-    built = _Built(key, snapshots, sims, reason)
+    return _store(module, sims, reason)
+
+
+def _store(module: ModuleOp, sims: dict, reason: str) -> _Built:
+    """Cache ``sims`` on ``module``, with the IR they were built from."""
+    from hbir.runtime.plan import Snapshot
+
+    functions = [f for f in module.body.block.ops if isinstance(f, FuncOp)]
+    snapshots = tuple(Snapshot.of(f) for f in functions)
+    built = _Built(_key(module), snapshots, sims, reason)
     module.__dict__[_CACHE] = built
     return built
+
+
+def _simulators(hbm) -> dict:
+    """Each function's prepared simulator of an ``Hbm``, by name."""
+    return {f.name: f._sim for f in hbm.functions}
 
 
 def remember(module: ModuleOp, hbm) -> None:
     """``hbm`` (an ``Hbm`` that ``hbir.compile`` just made from ``module``, for
     the march the module records, at the default opt) is the program the fast
     feed would build: cache it, so the next feed does not compile again."""
-    from hbir.runtime.plan import Snapshot
-
     functions = [f for f in module.body.block.ops if isinstance(f, FuncOp)]
-    sims = {f.name: f._sim for f in hbm.functions}
-    if len(sims) != len(functions) or _lowered(module):
-        return
-    snapshots = tuple(Snapshot.of(f) for f in functions)
-    module.__dict__[_CACHE] = _Built(_key(module), snapshots, sims, "")
+    sims = _simulators(hbm)
+    if len(sims) == len(functions) and not _lowered(module):
+        _store(module, sims, "")
 
 
 def _lowered(module: ModuleOp) -> bool:
@@ -123,7 +131,7 @@ def _compile(module: ModuleOp) -> dict:
 
     source = Module(module)
     hbm = compile_model(source, None, source.march, verify_passes=False)
-    return {f.name: f._sim for f in hbm.functions}
+    return _simulators(hbm)
 
 
 def simulator(module: ModuleOp, name: str):
