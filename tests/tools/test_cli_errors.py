@@ -174,7 +174,7 @@ CASES = {
     "convert --march unknown": (
         hbir_cli.main,
         ["convert", "{d}/qat.bc", "-o", "{d}/q.bc", "--march", "bayes"],
-        "invalid choice: 'bayes'",
+        "unknown march 'bayes': expected one of nash-e, nash-m",
     ),
     "compile -o a .bc": (
         hbir_cli.main,
