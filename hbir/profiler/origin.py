@@ -358,10 +358,8 @@ def record_hbm(
     whose whole result an instruction's result is (``DebugEntry.value_of``, put
     back in the op's layout by ``perm``), which gives the origin and the grid
     exactly as ``record_hbir`` on ``source`` would."""
-    from hbir.dialects.op_ids import op_ids
-
     layers = _LayerMaker(source.op, grids, keep_codes)
-    ops = op_ids(source.op)
+    ops = {n: op for op, n in layers.ids.items()}
     record = Record()
 
     def on_instruction(index, instruction, debug, results):
