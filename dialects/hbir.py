@@ -896,6 +896,179 @@ class ReduceMinOp(ReduceOp):
     name = "hbir.reduce_min"
 
 
+# ------------------------------------------------------------------ selection
+# The tie rule and the integer semantics: runtime/selection.py.
+
+INDEX = i64  # the element type of index tensors (torch's int64)
+
+
+def _check_index_type(value: SSAValue, what: str) -> None:
+    element = tensor_type(value).element_type
+    if element != INDEX:
+        raise VerifyException(f"{what} must be an i64 tensor, got {element}")
+
+
+def _dim(op: IRDLOperation) -> int:
+    return op.dim.value.data
+
+
+@irdl_op_definition
+class TopkOp(IRDLOperation):
+    """The ``k`` largest (``largest = false``: smallest) values along ``dim`` and
+    their i64 indices, in order; equal values by index, the lower first. A sort is
+    a top-k of the whole dim.
+
+    ``%v, %i = hbir.topk %x {k = 3 : i64, dim = 1 : i64} : (tensor<2x8xf32>) ->
+    (tensor<2x3xf32>, tensor<2x3xi64>)``
+    """
+
+    name = "hbir.topk"
+
+    input = operand_def(AnyTensorTypeConstr)
+    values = result_def(AnyTensorTypeConstr)
+    indices = result_def(AnyTensorTypeConstr)
+    k = prop_def(IntegerAttr[I64])
+    dim = prop_def(IntegerAttr[I64])
+    largest = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, input: Value, k: int, dim: int, largest: bool = True):
+        shape = shapes.topk(shape_of(input), k, dim)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape), with_shape(input, shape, INDEX)],
+            properties={
+                "k": i64_attr(k),
+                "dim": i64_attr(dim),
+                "largest": BoolAttr.from_bool(largest),
+            },
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.values)
+        _check_index_type(self.indices, "indices")
+        _expect_shape(
+            self, shapes.topk, shape_of(self.input), self.k.value.data, _dim(self)
+        )
+        if shape_of(self.indices) != shape_of(self.values):
+            raise VerifyException("indices and values have different shapes")
+
+
+class ArgExtremeOp(IRDLOperation):
+    """The i64 index of the first extreme value along ``dim``."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+    keepdim = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = MAP_FORMAT
+
+    def __init__(self, input: Value, dim: int, keepdim: bool = False):
+        shape = shapes.reduce(shape_of(input), [dim], keepdim)
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape, INDEX)],
+            properties={"dim": i64_attr(dim), "keepdim": BoolAttr.from_bool(keepdim)},
+        )
+
+    def verify_(self) -> None:
+        _check_index_type(self.output, "the result")
+        _expect_shape(
+            self,
+            shapes.reduce,
+            shape_of(self.input),
+            [_dim(self)],
+            self.keepdim.value.data,
+        )
+
+
+@irdl_op_definition
+class ArgmaxOp(ArgExtremeOp):
+    """Index of the first maximum along ``dim``.
+
+    ``%i = hbir.argmax %x {dim = 1 : i64} : tensor<2x8xf32> -> tensor<2xi64>``
+    """
+
+    name = "hbir.argmax"
+
+
+@irdl_op_definition
+class ArgminOp(ArgExtremeOp):
+    """Index of the first minimum along ``dim``.
+
+    ``%i = hbir.argmin %x {dim = 1 : i64} : tensor<2x8xf32> -> tensor<2xi64>``
+    """
+
+    name = "hbir.argmin"
+
+
+class IndexReadOp(IRDLOperation):
+    """Reads ``input`` at an i64 ``index`` along ``dim`` (an index out of range is
+    an error when the op runs)."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    index = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $index attr-dict `:` functional-type(operands, results)"
+    )
+
+    SHAPE_RULE: ClassVar = None
+
+    def __init__(self, input: Value, index: Value, dim: int):
+        shape = type(self).SHAPE_RULE(shape_of(input), shape_of(index), dim)
+        super().__init__(
+            operands=[input, index],
+            result_types=[with_shape(input, shape)],
+            properties={"dim": i64_attr(dim)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _check_index_type(self.index, "index")
+        _expect_shape(
+            self,
+            type(self).SHAPE_RULE,
+            shape_of(self.input),
+            shape_of(self.index),
+            _dim(self),
+        )
+
+
+@irdl_op_definition
+class GatherOp(IndexReadOp):
+    """``torch.gather``: ``y[i][j] = x[i][index[i][j]]`` for ``dim = 1``.
+
+    ``%y = hbir.gather %x, %i {dim = 1 : i64} : (tensor<2x8xf32>, tensor<2x3xi64>)
+    -> tensor<2x3xf32>``
+    """
+
+    name = "hbir.gather"
+    SHAPE_RULE = staticmethod(shapes.gather)
+
+
+@irdl_op_definition
+class IndexSelectOp(IndexReadOp):
+    """``torch.index_select``: the slices at a 1-d ``index`` along ``dim``.
+
+    ``%y = hbir.index_select %x, %i {dim = 0 : i64} : (tensor<8x4xf32>,
+    tensor<3xi64>) -> tensor<3x4xf32>``
+    """
+
+    name = "hbir.index_select"
+    SHAPE_RULE = staticmethod(shapes.index_select)
+
+
 # ------------------------------------------------------------------ conv / gemm
 
 
@@ -2104,6 +2277,11 @@ HBIR = Dialect(
         ReduceMeanOp,
         ReduceMaxOp,
         ReduceMinOp,
+        TopkOp,
+        ArgmaxOp,
+        ArgminOp,
+        GatherOp,
+        IndexSelectOp,
         Conv2dOp,
         ConvTranspose2dOp,
         LinearOp,

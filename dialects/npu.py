@@ -719,6 +719,74 @@ class SliceOp(MapOp):
         }
 
 
+# ------------------------------------------------------------------ selection
+
+
+@irdl_op_definition
+class TopkOp(MapOp):
+    """The int64 indices of the ``k`` largest (``largest = false``: smallest) codes
+    along ``dim``, in order, equal codes by index (``runtime/selection.py``).
+
+    ``%i = npu.topk %x {k = 3 : i64, dim = 1 : i64, largest = true} :
+    tensor<2x8xsi8> -> tensor<2x3xi64>``
+    """
+
+    name = "npu.topk"
+    k = prop_def(IntegerAttr[I64])
+    dim = prop_def(IntegerAttr[I64])
+    largest = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        rank = len(shape_of(self.input))
+        return "topk", {
+            "k": self.k.value.data,
+            "dim": _in_rank(self.dim.value.data, rank),
+            "largest": bool(self.largest.value.data),
+        }
+
+
+class _IndexReadOp(OpcodeOp):
+    """Reads ``input`` at an int64 ``index`` along ``dim`` (DTE); an index out of
+    range stops the program."""
+
+    input = operand_def(AnyTensorTypeConstr)
+    index = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $index attr-dict `:` functional-type(operands, results)"
+    )
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        rank = len(shape_of(self.input))
+        return self.mnemonic(), {"dim": _in_rank(self.dim.value.data, rank)}
+
+
+@irdl_op_definition
+class GatherOp(_IndexReadOp):
+    """``torch.gather``: ``y[i][j] = x[i][index[i][j]]`` for ``dim = 1``.
+
+    ``%y = npu.gather %x, %i {dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xi64>)
+    -> tensor<2x3xsi8>``
+    """
+
+    name = "npu.gather"
+
+
+@irdl_op_definition
+class IndexSelectOp(_IndexReadOp):
+    """``torch.index_select``: the slices at a 1-d ``index`` along ``dim``.
+
+    ``%y = npu.index_select %x, %i {dim = 0 : i64} : (tensor<8x4xsi8>,
+    tensor<3xi64>) -> tensor<3x4xsi8>``
+    """
+
+    name = "npu.index_select"
+
+
 class _MoveOp(UnaryOp, OpcodeOp):
     """A copy between memories: the result has the operand's type."""
 
@@ -891,6 +959,9 @@ NPU = Dialect(
         ReshapeOp,
         ConcatOp,
         SliceOp,
+        TopkOp,
+        GatherOp,
+        IndexSelectOp,
         DmaLoadOp,
         DmaStoreOp,
         CpuCallOp,

@@ -281,3 +281,28 @@ def resize2d(x: Shape, size: Sequence[int]) -> Shape:
     _check_len("size", size, 2)
     _check_positive("size", size)
     return (x[0], x[1], *size)
+
+
+def topk(x: Shape, k: int, dim: int) -> Shape:
+    d = normalize_dim(dim, len(x))
+    if not 0 <= k <= x[d]:
+        raise ShapeError(f"k {k} is out of range for dim {dim} of size {x[d]}")
+    return x[:d] + (k,) + x[d + 1 :]
+
+
+def gather(x: Shape, index: Shape, dim: int) -> Shape:
+    """``torch.gather``: the index's shape, its rank the input's and its sizes at
+    most the input's in every other dim."""
+    d = normalize_dim(dim, len(x))
+    if len(index) != len(x):
+        raise ShapeError(f"index has {len(index)} dims, the input {len(x)}")
+    if any(i > n for a, (i, n) in enumerate(zip(index, x, strict=True)) if a != d):
+        raise ShapeError(f"index shape {list(index)} exceeds input {list(x)}")
+    return tuple(index)
+
+
+def index_select(x: Shape, index: Shape, dim: int) -> Shape:
+    d = normalize_dim(dim, len(x))
+    if len(index) != 1:
+        raise ShapeError(f"index must be 1-d, got {len(index)} dims")
+    return x[:d] + (index[0],) + x[d + 1 :]

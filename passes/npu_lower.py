@@ -296,6 +296,51 @@ def _resize(op: hbir.Resize2dOp):
     return _spatial(op, make)
 
 
+def _topk_indices(x: SSAValue, k: int, dim: int, largest: bool, t) -> npu.TopkOp:
+    return npu.TopkOp.create(
+        operands=[x],
+        result_types=[t],
+        properties={
+            "k": i64_attr(k),
+            "dim": i64_attr(dim),
+            "largest": BoolAttr.from_bool(largest),
+        },
+    )
+
+
+def _topk(op: hbir.TopkOp):
+    """The indices (npu.topk), then the values gathered at them."""
+    dim = op.dim.value.data
+    indices = _topk_indices(
+        op.input, op.k.value.data, dim, op.largest.value.data, op.indices.type
+    )
+    values = npu.GatherOp.create(
+        operands=[op.input, indices.output],
+        result_types=[op.values.type],
+        properties={"dim": i64_attr(dim)},
+    )
+    return [indices, values], [values.output, indices.output]
+
+
+def _arg_extreme(largest: bool) -> Rule:
+    """argmax / argmin: the first of a top-1 (its dim then dropped unless kept)."""
+
+    def rule(op: hbir.ArgExtremeOp):
+        shape = list(shape_of(op.input))
+        dim = op.dim.value.data % len(shape)
+        shape[dim] = 1
+        t = TensorType(op.output.type.element_type, shape)
+        top = _topk_indices(op.input, 1, dim, largest, t)
+        if op.keepdim.value.data:
+            return [top], [top.output]
+        view = npu.ReshapeOp.create(
+            operands=[top.output], result_types=[op.output.type]
+        )
+        return [top, view], [view.output]
+
+    return rule
+
+
 def _copy_as(cls, names: tuple[str, ...]) -> Rule:
     def rule(op: Operation):
         props = {k: v for k, v in op.properties.items() if k in names}
@@ -432,6 +477,11 @@ RULES: dict[type[Operation], Rule] = {
     hbir.SplitOp: _split,
     hbir.FlipOp: _flip,
     hbir.PadOp: _pad,
+    hbir.TopkOp: _topk,
+    hbir.ArgmaxOp: _arg_extreme(True),
+    hbir.ArgminOp: _arg_extreme(False),
+    hbir.GatherOp: _copy_as(npu.GatherOp, ("dim",)),
+    hbir.IndexSelectOp: _copy_as(npu.IndexSelectOp, ("dim",)),
 }
 
 _EXACT = "qnt.exact"

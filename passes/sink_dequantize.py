@@ -76,6 +76,10 @@ _MOVERS = {
         False,
         None if op.scale is None else op.scale.get_values(),
     ),
+    hbir.GatherOp: lambda op, q: hbir.GatherOp(q, op.index, op.dim.value.data),
+    hbir.IndexSelectOp: lambda op, q: hbir.IndexSelectOp(
+        q, op.index, op.dim.value.data
+    ),
 }
 
 
@@ -126,6 +130,38 @@ class SinkThroughSplit(RewritePattern):
         split.location = op.location
         dqs = [_dequantize(op, codes, r, None) for r in split.results]
         rewriter.replace(op, [split, *dqs], [d.output for d in dqs])
+
+
+class SinkThroughTopk(RewritePattern):
+    """topk(dequantize(q)) -> (dequantize(values of topk(q)), its indices): codes
+    are ordered as their values (one positive scale), equal ones as equal."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: hbir.TopkOp, rewriter: PatternRewriter) -> None:
+        codes = fp.codes_of(op.input)
+        if codes is None or not codes.per_tensor or fp.is_cpu(op):
+            return
+        topk = hbir.TopkOp(
+            codes.codes, op.k.value.data, op.dim.value.data, op.largest.value.data
+        )
+        topk.location = op.location
+        dq = _dequantize(op, codes, topk.values, None)
+        rewriter.replace(op, [topk, dq], [dq.output, topk.indices])
+
+
+class SelectOnCodes(RewritePattern):
+    """argmax / argmin of dequantize(q) -> of q (the same index)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(
+        self, op: hbir.ArgExtremeOp, rewriter: PatternRewriter
+    ) -> None:
+        codes = fp.codes_of(op.input)
+        if codes is None or not codes.per_tensor or fp.is_cpu(op):
+            return
+        new = type(op)(codes.codes, op.dim.value.data, op.keepdim.value.data)
+        new.location = op.location
+        rewriter.replace(op, new)
 
 
 class SinkThroughConcat(RewritePattern):
@@ -198,6 +234,8 @@ class FoldCastIntoDequantize(RewritePattern):
 PATTERNS = (
     SinkThroughMover(),
     SinkThroughSplit(),
+    SinkThroughTopk(),
+    SelectOnCodes(),
     SinkThroughConcat(),
     QuantizeIntoConcat(),
     FoldCastIntoDequantize(),

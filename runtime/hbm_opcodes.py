@@ -472,6 +472,44 @@ def _check_concat(ins, code):
     _need(sum(x.shape[d] for x in xs) == y.shape[d], "inputs do not fill the result")
 
 
+def _check_topk(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    f = ins.fields
+    _need(x.dtype in _INTEGER, f"input must be integers, got {x.dtype}")
+    _need(y.dtype == "int64", f"indices are int64, got {y.dtype}")
+    rank, d, k = len(x.shape), f["dim"], f["k"]
+    _need(0 <= d < rank, f"dim {d} out of range")
+    _need(1 <= k <= x.shape[d], f"k {k} not in [1, {x.shape[d]}]")
+    want = x.shape[:d] + (k,) + x.shape[d + 1 :]
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+
+
+def _index_read(ins, code) -> tuple:
+    (x, index), (y,) = _ops(ins, code)
+    d = ins.fields["dim"]
+    _need(x.dtype in _INTEGER, f"input must be integers, got {x.dtype}")
+    _need(index.dtype == "int64", f"index must be int64, got {index.dtype}")
+    _need(y.dtype == x.dtype, "the result has the input's dtype")
+    _need(0 <= d < len(x.shape), f"dim {d} out of range")
+    return x, index, y, d
+
+
+def _check_gather(ins, code):
+    x, index, y, d = _index_read(ins, code)
+    fits = len(index.shape) == len(x.shape) and all(
+        index.shape[a] <= x.shape[a] for a in range(len(x.shape)) if a != d
+    )
+    _need(fits, f"index {list(index.shape)} does not fit input {list(x.shape)}")
+    _need(y.shape == index.shape, f"result shape {list(y.shape)} != the index's")
+
+
+def _check_index_select(ins, code):
+    x, index, y, d = _index_read(ins, code)
+    _need(len(index.shape) == 1, f"index must be 1-d, got {list(index.shape)}")
+    want = x.shape[:d] + index.shape + x.shape[d + 1 :]
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+
+
 def _check_move(ins, code):
     (x,), (y,) = _ops(ins, code)
     _need(x.shape == y.shape and x.dtype == y.dtype, "a copy keeps shape and dtype")
@@ -646,6 +684,18 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode(16, "dma_load", 1, 1, "dma", (), _check_move),
     Opcode(17, "dma_store", 1, 1, "dma", (), _check_move),
     Opcode(18, "cpu_call", None, None, "cpu", (("island", "i64"),), _check_cpu_call),
+    # selection (runtime/selection.py): the indices of the top k, ties by index
+    Opcode(
+        19,
+        "topk",
+        1,
+        1,
+        "vae",
+        (("k", "i64"), ("dim", "i64"), ("largest", "bool")),
+        _check_topk,
+    ),
+    Opcode(20, "gather", 2, 1, "dte", (("dim", "i64"),), _check_gather),
+    Opcode(21, "index_select", 2, 1, "dte", (("dim", "i64"),), _check_index_select),
 )
 
 BY_NUMBER = {op.number: op for op in OPCODES}

@@ -49,7 +49,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import dense_array, numpy_dtype
 from hbir.errors import HbirError
-from hbir.runtime import integer_ops, kernels, numerics, yuv
+from hbir.runtime import integer_ops, kernels, numerics, selection, yuv
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -295,6 +295,44 @@ def _reduce_extreme(torch_fn, numpy_fn) -> Kernel:
         if _is_float(x):
             return (_float_out(op, torch_fn(_t(x), dims, keepdim)),)
         return (np.asarray(numpy_fn(x, axis=dims, keepdims=keepdim)),)
+
+    return kernel
+
+
+# ------------------------------------------------------------------ selection
+# runtime/selection.py: the tie rule; floats through its torch forms (as the
+# prepared model calls them), codes through its numpy forms.
+
+
+def _topk(op: hbir.TopkOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    k, dim = op.k.value.data, op.dim.value.data
+    largest = bool(op.largest.value.data)
+    if _is_float(x):
+        values, indices = selection.topk(_t(x), k, dim, largest)
+        return _float_out(op, values), indices.numpy()
+    indices = selection.topk_indices(x, k, dim, largest)
+    return np.take_along_axis(x, indices, axis=dim), indices
+
+
+def _arg_extreme(largest: bool) -> Kernel:
+    def kernel(op: hbir.ArgExtremeOp, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        dim, keepdim = op.dim.value.data, bool(op.keepdim.value.data)
+        if _is_float(x):
+            pick = torch.argmax if largest else torch.argmin
+            return (pick(_t(x), dim, keepdim).numpy(),)
+        return (selection.arg_extreme(x, dim, keepdim, largest),)
+
+    return kernel
+
+
+def _index_read(torch_fn, numpy_fn) -> Kernel:
+    def kernel(op: hbir.IndexReadOp, x, index) -> tuple[np.ndarray, ...]:
+        dim = op.dim.value.data
+        if _is_float(x):
+            # the range check of the codes' form (torch's names no op)
+            selection.check_index(index, x.shape[dim % x.ndim], op.name)
+            return (_float_out(op, torch_fn(_t(x), dim, _t(index))),)
+        return (numpy_fn(x, index, dim),)
 
     return kernel
 
@@ -814,6 +852,11 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.ReduceMeanOp: _reduce_mean,
     hbir.ReduceMaxOp: _reduce_extreme(torch.amax, np.max),
     hbir.ReduceMinOp: _reduce_extreme(torch.amin, np.min),
+    hbir.TopkOp: _topk,
+    hbir.ArgmaxOp: _arg_extreme(True),
+    hbir.ArgminOp: _arg_extreme(False),
+    hbir.GatherOp: _index_read(torch.gather, selection.gather),
+    hbir.IndexSelectOp: _index_read(torch.index_select, selection.index_select),
     hbir.Conv2dOp: _conv2d,
     hbir.ConvTranspose2dOp: _conv_transpose2d,
     hbir.LinearOp: _linear,

@@ -47,7 +47,7 @@ from xdsl.ir import Operation
 
 from hbir.dialects import npu
 from hbir.dialects.hbir import dense_array, numpy_dtype
-from hbir.runtime import integer_ops, kernels, numerics, requantizer
+from hbir.runtime import integer_ops, kernels, numerics, requantizer, selection
 from hbir.runtime.hbm_opcodes import NONE, lut_table
 
 _NCHW = (0, 3, 1, 2)
@@ -349,6 +349,18 @@ def slice_(f: Fields, out: Out, x, into=None) -> np.ndarray:
     return np.ascontiguousarray(y) if into is None else kernels.copy_into(y, into)
 
 
+def topk(f: Fields, out: Out, x) -> np.ndarray:
+    return selection.topk_indices(x, f["k"], f["dim"], f["largest"])
+
+
+def gather(f: Fields, out: Out, x, index) -> np.ndarray:
+    return selection.gather(x, index, f["dim"])
+
+
+def index_select(f: Fields, out: Out, x, index) -> np.ndarray:
+    return selection.index_select(x, index, f["dim"])
+
+
 def move(f: Fields, out: Out, x) -> np.ndarray:
     return x
 
@@ -375,6 +387,9 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "reshape": reshape,
     "slice": slice_,
     "concat": concat,
+    "topk": topk,
+    "gather": gather,
+    "index_select": index_select,
     "dma_load": move,
     "dma_store": move,
 }

@@ -389,6 +389,39 @@ OPS: tuple[OpEntry, ...] = (
         PASSTHROUGH,
     ),
     OpEntry("flip", "hbir.flip", MOVE, ("torch.flip", "Tensor.flip"), PASSTHROUGH),
+    # ---------------------------------------------------------------- selection
+    # they choose elements (runtime/selection.py: the tie rule), so the values keep
+    # the input's grid and the indices are i64 tensors; prepare calls selection's
+    # topk / sort (stable) for torch's, whose order of equal values is open
+    OpEntry("topk", "hbir.topk", MOVE, ("torch.topk", "Tensor.topk"), PASSTHROUGH),
+    # a top-k of the whole dim
+    OpEntry(
+        "sort",
+        "hbir.topk",
+        MOVE,
+        ("torch.sort", "Tensor.sort", "torch.argsort", "Tensor.argsort"),
+        PASSTHROUGH,
+    ),
+    OpEntry(
+        "argmax", "hbir.argmax", MOVE, ("torch.argmax", "Tensor.argmax"), PASSTHROUGH
+    ),
+    OpEntry(
+        "argmin", "hbir.argmin", MOVE, ("torch.argmin", "Tensor.argmin"), PASSTHROUGH
+    ),
+    # ``max(x, dim)``: (reduce_max, argmax); ``max(x)``: reduce_max (``max(x, y)``
+    # of two tensors is refused: torch.maximum)
+    OpEntry("max", "hbir.argmax", MOVE, ("torch.max", "Tensor.max"), PASSTHROUGH),
+    OpEntry("min", "hbir.argmin", MOVE, ("torch.min", "Tensor.min"), PASSTHROUGH),
+    OpEntry(
+        "gather", "hbir.gather", MOVE, ("torch.gather", "Tensor.gather"), PASSTHROUGH
+    ),
+    OpEntry(
+        "index_select",
+        "hbir.index_select",
+        MOVE,
+        ("torch.index_select", "Tensor.index_select"),
+        PASSTHROUGH,
+    ),
     # sub-pixel convolution's rearrangement: a reshape, a transpose, a reshape
     OpEntry(
         "pixel_shuffle",

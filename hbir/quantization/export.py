@@ -113,9 +113,11 @@ class Exporter:
         if isinstance(array, torch.Tensor):
             array = array.detach().cpu().numpy()
         array = np.ascontiguousarray(array)
-        element = {np.dtype(np.float32): f32, np.dtype(np.float64): f64}.get(
-            array.dtype
-        )
+        element = {
+            np.dtype(np.float32): f32,
+            np.dtype(np.float64): f64,
+            np.dtype(np.int64): i64,  # index tensors (hbir.INDEX)
+        }.get(array.dtype)
         if element is None:
             raise Unsupported(f"a constant of dtype {array.dtype}")
         t = TensorType(element, list(array.shape))

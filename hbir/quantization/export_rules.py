@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from hbir.dialects import hbir as hb
 from hbir.dialects import qnt
@@ -28,7 +28,7 @@ from hbir.quantization.dtypes import qint32
 from hbir.quantization.export import Exporter, Unsupported, _is_number_value
 from hbir.quantization.options import current_options, using
 from hbir.quantization.spellings import resolve
-from hbir.runtime import numerics, op_table
+from hbir.runtime import numerics, op_table, selection
 
 Builder = Callable[[Exporter, fx.Node], object]
 
@@ -634,6 +634,89 @@ def _extreme(op_cls):
     return build
 
 
+# ----------------------------------------------------------------- selection
+
+
+def _index(ex: Exporter, arg) -> SSAValue:
+    """An i64 index operand: a graph value, or an integer tensor made of constants
+    and sizes (an ``arange`` buffer) as an i64 constant."""
+    value = ex.values[arg] if isinstance(arg, fx.Node) else arg
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() or value.dtype == torch.bool:
+            raise Unsupported(f"a {value.dtype} index")
+        return ex.constant(value.to(torch.int64))
+    if isinstance(value, SSAValue):
+        element = hb.tensor_type(value).element_type
+        if element != hb.INDEX:
+            raise Unsupported(f"an index of element type {element} (i64 only)")
+        return value
+    raise Unsupported(f"index {arg!r}")
+
+
+def _topk(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    k = _arg(node, 1, "k")
+    dim = _arg(node, 2, "dim", -1)
+    op = ex.emit(hb.TopkOp(x, k, dim, bool(_arg(node, 3, "largest", True))))
+    return op if isinstance(op, tuple) else (op,)
+
+
+def _sort(ex: Exporter, node: fx.Node):
+    """sort / argsort: a top-k of the whole dim (``descending``: the largest)."""
+    x = ex.tensor(node.args[0])
+    dim = _arg(node, 1, "dim", -1)
+    descending = bool(_arg(node, 2, "descending", False))
+    size = hb.shape_of(x)[dim]
+    values, indices = ex.emit(hb.TopkOp(x, size, dim, descending))
+    argsort = getattr(node.target, "__name__", node.target) == "argsort"
+    return indices if argsort else (values, indices)
+
+
+def _arg_extreme(op_cls):
+    """argmax / argmin: over ``dim``, or (None) over the flattened tensor."""
+
+    def build(ex: Exporter, node: fx.Node):
+        x = ex.tensor(node.args[0])
+        dim = _arg(node, 1, "dim", None)
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        if dim is None:
+            if keepdim:
+                raise Unsupported("keepdim=True without dim")
+            x = ex.emit(hb.ReshapeOp(x, [math.prod(hb.shape_of(x))]))
+            dim = 0
+        return ex.emit(op_cls(x, dim, keepdim))
+
+    return build
+
+
+def _max_min(reduce_cls, arg_cls):
+    """``max(x)``: the maximum; ``max(x, dim)``: (values, indices)."""
+
+    def build(ex: Exporter, node: fx.Node):
+        x = ex.tensor(node.args[0])
+        dim = _arg(node, 1, "dim", None)
+        if dim is None:
+            return ex.emit(reduce_cls(x, list(range(len(hb.shape_of(x)))), False))
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        values = ex.emit(reduce_cls(x, [dim], keepdim))
+        return values, ex.emit(arg_cls(x, dim, keepdim))
+
+    return build
+
+
+def _gather(ex: Exporter, node: fx.Node):
+    if _arg(node, 3, "sparse_grad", False):
+        raise Unsupported("sparse_grad=True")
+    x = ex.tensor(node.args[0])
+    return ex.emit(hb.GatherOp(x, _index(ex, _arg(node, 2, "index")), node.args[1]))
+
+
+def _index_select(ex: Exporter, node: fx.Node):
+    x = ex.tensor(node.args[0])
+    dim = _arg(node, 1, "dim")
+    return ex.emit(hb.IndexSelectOp(x, _index(ex, _arg(node, 2, "index")), dim))
+
+
 def _roll(ex: Exporter, node: fx.Node):
     """``roll``: per rolled dim, the last ``shift`` entries then the rest (concat)."""
     x = ex.tensor(node.args[0])
@@ -956,6 +1039,14 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "pixel_shuffle": _pixel_shuffle,
     "repeat_interleave": _repeat_interleave,
     "channel_shuffle": _channel_shuffle,
+    "topk": _topk,
+    "sort": _sort,
+    "argmax": _arg_extreme(hb.ArgmaxOp),
+    "argmin": _arg_extreme(hb.ArgminOp),
+    "max": _max_min(hb.ReduceMaxOp, hb.ArgmaxOp),
+    "min": _max_min(hb.ReduceMinOp, hb.ArgminOp),
+    "gather": _gather,
+    "index_select": _index_select,
 }
 _SPELLING_IMPORTERS: dict[str, Builder] = {
     "operator.getitem": _getitem,
@@ -1008,6 +1099,12 @@ def _derive_passthrough() -> None:
 
 
 _derive_passthrough()
+# what prepare calls for torch's top-k and sort (runtime/selection.py)
+FUNCTION_IMPORTERS |= {
+    selection.topk: _topk,
+    selection.sort: _sort,
+    selection.argsort: _sort,
+}
 
 
 def find(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[Builder | None, str]:

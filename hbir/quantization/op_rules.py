@@ -843,11 +843,22 @@ def _table_with(cls, q, value):
     return cls(q(), value=value)
 
 
+def _selects(input, *args, **kwargs):
+    """``max(x)`` / ``max(x, dim)`` select values; ``max(x, y)`` of two tensors
+    does not (``torch.maximum``: the operands on one grid)."""
+    other = args[0] if args else kwargs.get("other", kwargs.get("dim"))
+    return not isinstance(other, fx.Node) or "other" in kwargs and False
+
+
 # Pass-through only for some arguments (a nonzero pad value or bilinear resize would
 # create values off the input grid).
 _CONDITIONS: dict[str, Callable[..., bool]] = {
     "F.pad": _pad_keeps_grid,
     "F.interpolate": _interpolate_keeps_grid,
+    "torch.max": _selects,
+    "torch.min": _selects,
+    "Tensor.max": _selects,
+    "Tensor.min": _selects,
 }
 
 # torch modules whose forward is one call of a functional prepare has a rule for:
@@ -879,6 +890,10 @@ PASSTHROUGH_MODULES: tuple[type, ...] = ()
 PASSTHROUGH_FUNCTIONS: set[Callable] = set()
 PASSTHROUGH_METHODS: set[str] = set()
 CONDITIONAL_PASSTHROUGH: dict[Callable, Callable[..., bool]] = {}
+CONDITIONAL_METHODS: dict[str, Callable[..., bool]] = {}
+# a function or method spelling -> its (first) op table entry
+ENTRY_OF_FUNCTION: dict[Callable, op_table.OpEntry] = {}
+ENTRY_OF_METHOD: dict[str, op_table.OpEntry] = {}
 
 
 def module_rule(module: nn.Module) -> OpRule | None:
@@ -931,9 +946,17 @@ def _derive_rules() -> None:
     for entry in op_table.OPS:
         for spelling in entry.torch:
             kind, target = resolve(spelling)
+            if kind != "module":
+                entries = ENTRY_OF_METHOD if kind == "method" else ENTRY_OF_FUNCTION
+                entries.setdefault(target, entry)
             if entry.quantized == op_table.PASSTHROUGH:
                 if spelling in _CONDITIONS:
-                    CONDITIONAL_PASSTHROUGH[target] = _CONDITIONS[spelling]
+                    conditional = (
+                        CONDITIONAL_METHODS
+                        if kind == "method"
+                        else CONDITIONAL_PASSTHROUGH
+                    )
+                    conditional[target] = _CONDITIONS[spelling]
                 elif kind == "module":
                     PASSTHROUGH_MODULES += (target,)
                 elif kind == "method":

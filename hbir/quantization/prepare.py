@@ -55,6 +55,7 @@ from hbir.quantization.tracing import (
     user_frame,
     value_of,
 )
+from hbir.runtime import selection
 
 QUANT, FLOAT, OTHER = "quant", "float", "other"
 
@@ -189,6 +190,49 @@ class _QconfigFor:
         return True
 
 
+# torch's top-k and sort leave the order of equal values open
+_TIE_RULED = {
+    torch.topk: selection.topk,
+    "topk": selection.topk,
+    torch.sort: selection.sort,
+    "sort": selection.sort,
+    torch.argsort: selection.argsort,
+    "argsort": selection.argsort,
+}
+
+
+# The ops integer indices may reach: they move, select or read with them.
+_INDEX_READERS = frozenset(
+    {"reshape", "transpose", "slice", "split", "repeat", "flip", "cast"}
+    | {"topk", "sort", "argmax", "argmin", "max", "min"}
+    | {"gather", "index_select", "embedding"}
+)
+
+
+def _entry_of(node: fx.Node):
+    """The op table entry of a function or method call (None: none)."""
+    if node.op == "call_method":
+        return op_rules.ENTRY_OF_METHOD.get(node.target)
+    if node.op == "call_function":
+        return op_rules.ENTRY_OF_FUNCTION.get(node.target)
+    return None
+
+
+# the fields of torch's (values, indices) return types (topk, sort, max(dim))
+_RETURN_FIELDS = {"values": 0, "indices": 1}
+
+
+def _is_field_read(node: fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target is getattr
+        and len(node.args) == 2
+        and node.args[1] in _RETURN_FIELDS
+        and isinstance(node.args[0], fx.Node)
+        and not value_of(node.args[0]).is_tensor
+    )
+
+
 class _GraphBuilder:
     """Rebuilds the traced graph with QAT modules (see the module docstring)."""
 
@@ -208,6 +252,7 @@ class _GraphBuilder:
         self.qat_of_target: dict[str, nn.Module] = {}  # the first call's
         self.decompositions: dict[str, Decomposition] = {}
         self.unsupported: list[str] = []
+        self.data_indices: set[fx.Node] = set()  # index tensors made from data
         self.has_user_stub = any(
             isinstance(m, stubs.QuantStub) for m in self.modules.values()
         )
@@ -267,10 +312,52 @@ class _GraphBuilder:
         new = self.graph.node_copy(node, self.env.__getitem__)
         is_float = value_of(node).is_float_tensor
         self._set(node, new, FLOAT if is_float else OTHER)
+        if value_of(node).holds_index_tensor:  # token ids: indices from the data
+            self.data_indices.add(node)
         if is_float and not self.has_user_stub:
             self.env[node] = self._stub(new, "input without QuantStub")
 
     def _call(self, node: fx.Node) -> None:
+        if _is_field_read(node):  # ``torch.topk(...).indices``: the tuple's part
+            node.target = operator.getitem
+            node.args = (node.args[0], _RETURN_FIELDS[node.args[1]])
+        if not self._reads_indices_as_it_may(node):
+            self._unsupported(
+                node,
+                "it computes with integer indices (of a top-k, an argmax, an integer "
+                "input), which have no quantized form: indices may only be moved "
+                "(reshape, slice, ...), selected or used by gather, index_select, "
+                "indexing and embedding",
+            )
+            self._copy(node, node.args, node.kwargs, OTHER)
+            return
+        refused = len(self.unsupported)
+        self._call_op(node)
+        if len(self.unsupported) > refused:
+            return  # listed once: what follows from it is not listed again
+        if value_of(node).holds_index_tensor and any(
+            n in self.data_indices or self._is_data(n) for n in node.all_input_nodes
+        ):
+            self.data_indices.add(node)
+
+    def _is_data(self, node: fx.Node) -> bool:
+        return self.state.get(self.env.get(node)) in (QUANT, FLOAT)
+
+    def _reads_indices_as_it_may(self, node: fx.Node) -> bool:
+        """Integer tensors computed from the model's data (indices) reach only the
+        ops that move, select or read with them (``_INDEX_READERS``)."""
+        if not any(n in self.data_indices for n in node.all_input_nodes):
+            return True
+        if node.op == "call_module":
+            return op_rules.module_rule(self.modules[node.target]) is not None and (
+                op_rules.module_rule(self.modules[node.target]).op in _INDEX_READERS
+            )
+        entry = _entry_of(node)
+        if entry is not None and entry.op == "cast":  # .contiguous(), not .float()
+            return value_of(node).holds_index_tensor
+        return entry is not None and entry.op in _INDEX_READERS
+
+    def _call_op(self, node: fx.Node) -> None:
         args = fx.node.map_arg(node.args, self.env.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, self.env.__getitem__)
         if node.target is operator.getitem and isinstance(args[0], tuple | list):
@@ -305,9 +392,7 @@ class _GraphBuilder:
                 new.meta = dict(node.meta)
                 self._set(node, new, FLOAT)
         elif quantized_input and self._is_passthrough(node, module, args, kwargs):
-            self._passthrough(
-                node, self.graph.node_copy(node, self.env.__getitem__), inputs
-            )
+            self._passthrough(node, self._node_copy(node), inputs)
         elif not value_of(node).is_float_tensor and (
             module is None or not quantized_input
         ):
@@ -350,6 +435,9 @@ class _GraphBuilder:
         if node.op == "call_module":
             return isinstance(module, op_rules.PASSTHROUGH_MODULES)
         if node.op == "call_method":
+            check = op_rules.CONDITIONAL_METHODS.get(node.target)
+            if check is not None:
+                return check(*args, **kwargs)
             return node.target in op_rules.PASSTHROUGH_METHODS
         check = op_rules.CONDITIONAL_PASSTHROUGH.get(node.target)
         if check is not None:
@@ -357,7 +445,17 @@ class _GraphBuilder:
         return node.target in op_rules.PASSTHROUGH_FUNCTIONS
 
     def _copy(self, node, args, kwargs, state) -> None:
-        self._set(node, self.graph.node_copy(node, self.env.__getitem__), state)
+        self._set(node, self._node_copy(node), state)
+
+    def _node_copy(self, node: fx.Node) -> fx.Node:
+        """``node`` in the new graph; a top-k or sort calls ``runtime/selection.py``'s
+        (equal values in index order, as every engine selects them)."""
+        new = self.graph.node_copy(node, self.env.__getitem__)
+        if node.op in ("call_function", "call_method"):
+            tied = _TIE_RULED.get(node.target)
+            if tied is not None:
+                new.op, new.target = "call_function", tied
+        return new
 
     def _passthrough(self, node: fx.Node, new: fx.Node, inputs: list[fx.Node]) -> None:
         """Keep the producer's scale (tuples too: ``split`` then ``getitem``)."""

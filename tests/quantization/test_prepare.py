@@ -597,21 +597,22 @@ class IndexResults(nn.Module):
 
     def forward(self, x):
         y = self.fc(x)
-        values, indices = y.max(-1)  # the indices read: max(dim) is not amax
-        return values + indices + y.topk(2, -1)[0].sum(-1) + y.argmax(-1).float()
+        values, indices = y.max(-1)
+        picked = y.gather(-1, y.topk(2, -1).indices)  # indices read: fine
+        return values + indices + picked.sum(-1) + y.argmax(-1).float()
 
 
-def test_ops_with_index_results_are_refused_at_prepare_not_at_export(tmp_path):
-    """argmax, topk and max(dim) with its indices read pass through tracing as
-    non-float values; export
-    has no integer tensors of a quantized value, so prepare lists all three, each
-    at its line, before any calibration or QAT is spent."""
-    with pytest.raises(UnsupportedOpError, match="cannot quantize 3 ops") as error:
+def test_arithmetic_on_indices_is_refused_at_prepare_not_at_export(tmp_path):
+    """max(dim), topk and argmax give integer indices; reading with them is
+    supported, computing with them (adding them to values, casting them to float)
+    has no quantized form, so prepare lists both uses, each at its line, before
+    any calibration or QAT is spent."""
+    with pytest.raises(UnsupportedOpError, match="cannot quantize 2 ops") as error:
         prepare(IndexResults().eval(), (torch.randn(2, 8),), out_dir=tmp_path)
     text = str(error.value)
-    for op in ("Tensor.max", "Tensor.topk", "Tensor.argmax"):
-        assert f"{op}: its result holds integer or bool tensors" in text
-    assert text.count("test_prepare.py:") == 3
+    for op in ("_operator.add", "Tensor.float"):
+        assert f"{op}: it computes with integer indices" in text
+    assert text.count("test_prepare.py:") == 2
 
 
 class KeywordArguments(nn.Module):

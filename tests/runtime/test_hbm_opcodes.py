@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
     f32,
     f64,
     i1,
+    i64,
 )
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.test_value import create_ssa_value
@@ -38,7 +39,7 @@ from hbir.runtime import numerics
 from hbir.runtime.hbm_opcodes import BY_NAME, OPCODES
 from hbir.runtime.hbm_program import FunctionCode, Instruction
 
-ELEMENTS = {"si8": si(8), "si16": si(16), "si32": si(32), "f32": f32}
+ELEMENTS = {"si8": si(8), "si16": si(16), "si32": si(32), "f32": f32, "i64": i64}
 
 
 def _t(element: str, *shape: int) -> TensorType:
@@ -174,6 +175,24 @@ BASE = {
         [_t("si8", 2, 4), _t("si8", 2, 3)],
         [_t("si8", 2, 7)],
         {"dim": i64_attr(1)},
+    ),
+    "topk": (
+        npu.TopkOp,
+        [_t("si8", 2, 8)],
+        [_t("i64", 2, 3)],
+        {"k": i64_attr(3), "dim": i64_attr(1), "largest": BoolAttr.from_bool(True)},
+    ),
+    "gather": (
+        npu.GatherOp,
+        [_t("si8", 2, 8), _t("i64", 2, 3)],
+        [_t("si8", 2, 3)],
+        {"dim": i64_attr(1)},
+    ),
+    "index_select": (
+        npu.IndexSelectOp,
+        [_t("si16", 8, 4), _t("i64", 3)],
+        [_t("si16", 3, 4)],
+        {"dim": i64_attr(0)},
     ),
     "dma_load": (npu.DmaLoadOp, [_t("si8", 2, 8)], [_t("si8", 2, 8)], {}),
     "dma_store": (npu.DmaStoreOp, [_t("si16", 2, 8)], [_t("si16", 2, 8)], {}),

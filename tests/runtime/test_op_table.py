@@ -82,7 +82,9 @@ def test_prepare_rules_are_exactly_the_table_s_spellings():
     assert functions == set(op_rules.FUNCTION_RULES) | set(
         op_rules.PASSTHROUGH_FUNCTIONS
     ) | set(op_rules.CONDITIONAL_PASSTHROUGH)
-    assert methods == set(op_rules.METHOD_RULES) | op_rules.PASSTHROUGH_METHODS
+    assert methods == set(op_rules.METHOD_RULES) | op_rules.PASSTHROUGH_METHODS | set(
+        op_rules.CONDITIONAL_METHODS
+    )
 
 
 def test_every_dialect_op_is_lowered_to_the_npu_or_placed_on_the_cpu():
@@ -379,6 +381,59 @@ MODULES = {
     "nn.ChannelShuffle": lambda: nn.ChannelShuffle(2),
     "nn.PixelUnshuffle": lambda: nn.PixelUnshuffle(2),
 }
+
+# Selection: the values, and the indices read back (index outputs: tests/hbm).
+SAMPLES.update(
+    {
+        "torch.topk": (lambda m, x: torch.topk(x, 3, dim=1)[0], (2, 8)),
+        "Tensor.topk": (lambda m, x: x.topk(2, largest=False).values, (2, 3, 5)),
+        "torch.sort": (lambda m, x: torch.sort(x, 1, descending=True)[0], (2, 8)),
+        "Tensor.sort": (lambda m, x: x.sort().values, (2, 8)),
+        "torch.argsort": (
+            lambda m, x: x.gather(1, torch.argsort(x, dim=1)),
+            (2, 8),
+        ),
+        "Tensor.argsort": (
+            lambda m, x: x.gather(1, x.argsort(1, descending=True)),
+            (2, 8),
+        ),
+        "torch.argmax": (
+            lambda m, x: x.gather(1, torch.argmax(x, 1, keepdim=True)),
+            (2, 8),
+        ),
+        "Tensor.argmax": (
+            lambda m, x: x.flatten().index_select(0, x.argmax().reshape(1)),
+            (2, 8),
+        ),
+        "torch.argmin": _x4(lambda m, x: x.gather(1, torch.argmin(x, 1, keepdim=True))),
+        "Tensor.argmin": (
+            lambda m, x: x.index_select(1, x[0].argmin(0, keepdim=True)),
+            (2, 8),
+        ),
+        "torch.max": (lambda m, x: torch.max(x, 1)[0] + torch.max(x), (2, 8)),
+        "Tensor.max": (
+            lambda m, x: x.index_select(0, x.max(dim=0).indices[:1]),
+            (3, 8),
+        ),
+        "torch.min": (lambda m, x: torch.min(x, -1, keepdim=True).values, (2, 8)),
+        "Tensor.min": (lambda m, x: x.min() + x, (2, 8)),
+        "torch.gather": (
+            lambda m, x: torch.gather(x, 1, torch.tensor([[3, 0, 3], [1, 1, 7]])),
+            (2, 8),
+        ),
+        "Tensor.gather": (
+            lambda m, x: x.gather(0, x.topk(2, dim=0).indices),
+            (4, 6),
+        ),
+        "torch.index_select": _x4(
+            lambda m, x: torch.index_select(x, 2, torch.tensor([5, 0, 0]))
+        ),
+        "Tensor.index_select": (
+            lambda m, x: x.index_select(0, x.sum(1).argsort()),
+            (3, 8),
+        ),
+    }
+)
 
 # The LUT spellings: a positive input keeps log/sqrt/rsqrt/reciprocal in domain.
 for _entry in op_table.OPS:

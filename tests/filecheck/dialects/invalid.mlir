@@ -151,3 +151,43 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   func.return %s : tensor<4xf32>
 }
 // CHECK: invalid.mlir:150:3: error: 'hbir.elu' op alpha: LUT table 'elu:-1.0': parameter out of range
+
+// -----
+
+func.func @f(%x: tensor<2x8xsi8>) -> tensor<2x9xsi8> {
+  %v, %i = hbir.topk %x {k = 9 : i64, dim = 1 : i64} : (tensor<2x8xsi8>) -> (tensor<2x9xsi8>, tensor<2x9xi64>)
+  func.return %v : tensor<2x9xsi8>
+}
+// CHECK: invalid.mlir:158:3: error: 'hbir.topk' op k 9 is out of range for dim 1 of size 8
+
+// -----
+
+func.func @f(%x: tensor<2x8xsi8>) -> tensor<2xsi8> {
+  %a = hbir.argmax %x {dim = 1 : i64} : tensor<2x8xsi8> -> tensor<2xsi8>
+  func.return %a : tensor<2xsi8>
+}
+// CHECK: invalid.mlir:166:3: error: 'hbir.argmax' op the result must be an i64 tensor, got si8
+
+// -----
+
+func.func @f(%x: tensor<2x8xsi8>, %i: tensor<2x3xsi32>) -> tensor<2x3xsi8> {
+  %g = hbir.gather %x, %i {dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xsi32>) -> tensor<2x3xsi8>
+  func.return %g : tensor<2x3xsi8>
+}
+// CHECK: invalid.mlir:174:3: error: 'hbir.gather' op index must be an i64 tensor, got si32
+
+// -----
+
+func.func @f(%x: tensor<2x8xsi8>, %i: tensor<3x3xi64>) -> tensor<3x3xsi8> {
+  %g = hbir.gather %x, %i {dim = 1 : i64} : (tensor<2x8xsi8>, tensor<3x3xi64>) -> tensor<3x3xsi8>
+  func.return %g : tensor<3x3xsi8>
+}
+// CHECK: invalid.mlir:182:3: error: 'hbir.gather' op index shape [3, 3] exceeds input [2, 8]
+
+// -----
+
+func.func @f(%x: tensor<8x4xsi8>, %i: tensor<2x2xi64>) -> tensor<4x4xsi8> {
+  %s = hbir.index_select %x, %i {dim = 0 : i64} : (tensor<8x4xsi8>, tensor<2x2xi64>) -> tensor<4x4xsi8>
+  func.return %s : tensor<4x4xsi8>
+}
+// CHECK: invalid.mlir:190:3: error: 'hbir.index_select' op index must be 1-d, got 2 dims

@@ -173,3 +173,28 @@ func.func @lut16(%x: tensor<4xsi16>) -> tensor<4xsi8> {
   %y = hbir.lut %x {function = "sigmoid", kind = "segments", rounding = "half_even", in_scale = 0.00024414435 : f32, out_scale = 0.00784313772 : f32, in_bits = 16 : i64, out_bits = 8 : i64, num_tables = 6 : i64, frac_bits = 32 : i64, phase_mult = 0 : i64, phase_shift = 0 : i64, phase_bits = 0 : i64, octave_step = 0 : i64, starts = array<i64: -32768, -21845, -10922, 0, 10923, 21846>, offsets = array<i64: -188185662, -2173458632, 15353307442, 294035412769, 516839289733, 545349583260>, slopes = array<i64: 224031, 3016157, 21810183, 21811247, 3016157, 224047>} : tensor<4xsi16> -> tensor<4xsi8>
   func.return %y : tensor<4xsi8>
 }
+
+// Selection: values and their i64 indices, and reads at i64 indices.
+// GENERIC-LABEL: "func.func"() <{sym_name = "selection"
+// GENERIC: "hbir.topk"(%x) <{k = 3 : i64, dim = 1 : i64, largest = false}> : (tensor<2x8xsi8>) -> (tensor<2x3xsi8>, tensor<2x3xi64>)
+// CHECK-LABEL: func.func @selection(%x: tensor<2x8xsi8>) -> tensor<3x8xsi8> {
+// CHECK-NEXT: %v, %i = hbir.topk %x {k = 3 : i64, dim = 1 : i64, largest = false} : (tensor<2x8xsi8>) -> (tensor<2x3xsi8>, tensor<2x3xi64>)
+// CHECK-NEXT: %a = hbir.argmax %x {dim = 1 : i64} : tensor<2x8xsi8> -> tensor<2xi64>
+// CHECK-NEXT: %b = hbir.argmin %x {dim = 0 : i64, keepdim = true} : tensor<2x8xsi8> -> tensor<1x8xi64>
+// CHECK-NEXT: %g = hbir.gather %x, %i {dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xi64>) -> tensor<2x3xsi8>
+// CHECK-NEXT: %r = hbir.reshape %i : tensor<2x3xi64> -> tensor<6xi64>
+// CHECK-NEXT: %s = hbir.index_select %x, %a {dim = 0 : i64} : (tensor<2x8xsi8>, tensor<2xi64>) -> tensor<2x8xsi8>
+// CHECK-NEXT: %c = hbir.constant dense<[1, 0, 1]> : tensor<3xi64>
+// CHECK-NEXT: %e = hbir.index_select %s, %c {dim = 0 : i64} : (tensor<2x8xsi8>, tensor<3xi64>) -> tensor<3x8xsi8>
+// CHECK-NEXT: func.return %e : tensor<3x8xsi8>
+func.func @selection(%x: tensor<2x8xsi8>) -> tensor<3x8xsi8> {
+  %v, %i = hbir.topk %x {k = 3 : i64, dim = 1 : i64, largest = false} : (tensor<2x8xsi8>) -> (tensor<2x3xsi8>, tensor<2x3xi64>)
+  %a = hbir.argmax %x {dim = 1 : i64} : tensor<2x8xsi8> -> tensor<2xi64>
+  %b = hbir.argmin %x {dim = 0 : i64, keepdim = true} : tensor<2x8xsi8> -> tensor<1x8xi64>
+  %g = hbir.gather %x, %i {dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xi64>) -> tensor<2x3xsi8>
+  %r = hbir.reshape %i : tensor<2x3xi64> -> tensor<6xi64>
+  %s = hbir.index_select %x, %a {dim = 0 : i64} : (tensor<2x8xsi8>, tensor<2xi64>) -> tensor<2x8xsi8>
+  %c = hbir.constant dense<[1, 0, 1]> : tensor<3xi64>
+  %e = hbir.index_select %s, %c {dim = 0 : i64} : (tensor<2x8xsi8>, tensor<3xi64>) -> tensor<3x8xsi8>
+  func.return %e : tensor<3x8xsi8>
+}

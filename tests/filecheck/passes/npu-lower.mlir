@@ -48,3 +48,24 @@ builtin.module {
     func.return %q : tensor<4xf32>
   }
 }
+
+// -----
+
+// Selection: a top-k is its indices (npu.topk) and the values gathered at them;
+// argmax is a top-1 viewed without its dim; index reads are copied as they are.
+// CHECK-LABEL: func.func @selection
+// CHECK-NEXT:    %i = npu.topk %x {npu.origin = array<i64: 0>, k = 3 : i64, dim = 1 : i64} : tensor<2x8xsi8> -> tensor<2x3xi64>
+// CHECK-NEXT:    %v = npu.gather %x, %i {npu.origin = array<i64: 0>, npu.value_of = 0 : i64, dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xi64>) -> tensor<2x3xsi8>
+// CHECK-NEXT:    %[[T:.*]] = npu.topk %x {npu.origin = array<i64: 1>, k = 1 : i64, dim = 1 : i64} : tensor<2x8xsi8> -> tensor<2x1xi64>
+// CHECK-NEXT:    %a = npu.reshape %[[T]] {npu.origin = array<i64: 1>, npu.value_of = 1 : i64} : tensor<2x1xi64> -> tensor<2xi64>
+// CHECK-NEXT:    %g = npu.index_select %x, %a {npu.origin = array<i64: 2>, npu.value_of = 2 : i64, dim = 0 : i64} : (tensor<2x8xsi8>, tensor<2xi64>) -> tensor<2x8xsi8>
+// CHECK-NEXT:    %h = npu.gather %g, %i {npu.origin = array<i64: 3>, npu.value_of = 3 : i64, dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xi64>) -> tensor<2x3xsi8>
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @selection(%x: tensor<2x8xsi8>) -> (tensor<2x3xsi8>, tensor<2x3xi64>, tensor<2xi64>, tensor<2x3xsi8>) {
+    %v, %i = hbir.topk %x {k = 3 : i64, dim = 1 : i64} : (tensor<2x8xsi8>) -> (tensor<2x3xsi8>, tensor<2x3xi64>)
+    %a = hbir.argmax %x {dim = 1 : i64} : tensor<2x8xsi8> -> tensor<2xi64>
+    %g = hbir.index_select %x, %a {dim = 0 : i64} : (tensor<2x8xsi8>, tensor<2xi64>) -> tensor<2x8xsi8>
+    %h = hbir.gather %g, %i {dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xi64>) -> tensor<2x3xsi8>
+    func.return %v, %i, %a, %h : tensor<2x3xsi8>, tensor<2x3xi64>, tensor<2xi64>, tensor<2x3xsi8>
+  }
+}

@@ -86,3 +86,21 @@ func.func @bad_reshape(%q: tensor<2x8xsi8>) -> tensor<15xf32> {
 // codes, and is applied only where the numbers stay the same (the does-not-apply
 // cases above: a per-channel grid through a reshape that mixes channels, a CPU
 // op); what it cannot move it leaves as it is, which is still correct IR.
+
+// -----
+
+// Positive: selection runs on the codes (ordered as their values): the top-k's
+// values and a gather get one dequantize each, the indices none.
+// CHECK-LABEL: func.func @selection
+// CHECK-NEXT:    %[[T:.*]], %i = hbir.topk %q {k = 3 : i64, dim = 1 : i64} : (tensor<2x8xsi8>) -> (tensor<2x3xsi8>, tensor<2x3xi64>)
+// CHECK-NEXT:    %v = qnt.dequantize %[[T]] {scales = array<f32: 5.000000e-01>, zeros = array<i64: 0>} : tensor<2x3xsi8> -> tensor<2x3xf32>
+// CHECK-NEXT:    %a = hbir.argmax %q {dim = 1 : i64} : tensor<2x8xsi8> -> tensor<2xi64>
+// CHECK-NEXT:    %[[G:.*]] = hbir.gather %q, %i {dim = 1 : i64} : (tensor<2x8xsi8>, tensor<2x3xi64>) -> tensor<2x3xsi8>
+// CHECK-NEXT:    %{{.*}} = qnt.dequantize %[[G]] {scales = array<f32: 5.000000e-01>, zeros = array<i64: 0>}
+func.func @selection(%q: tensor<2x8xsi8>) -> (tensor<2x3xf32>, tensor<2xi64>, tensor<2x3xf32>) {
+  %d = qnt.dequantize %q {scales = array<f32: 0.5>, zeros = array<i64: 0>} : tensor<2x8xsi8> -> tensor<2x8xf32>
+  %v, %i = hbir.topk %d {k = 3 : i64, dim = 1 : i64} : (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x3xi64>)
+  %a = hbir.argmax %d {dim = 1 : i64} : tensor<2x8xf32> -> tensor<2xi64>
+  %g = hbir.gather %d, %i {dim = 1 : i64} : (tensor<2x8xf32>, tensor<2x3xi64>) -> tensor<2x3xf32>
+  func.return %v, %a, %g : tensor<2x3xf32>, tensor<2xi64>, tensor<2x3xf32>
+}

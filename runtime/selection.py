@@ -1,0 +1,96 @@
+"""Selection by value and by index, once: top-k, sort, argmax, gather, index_select.
+
+These ops choose elements rather than compute new ones, so they are exact on any
+grid: the codes of a quantized tensor are ordered as its values are (one positive
+scale), and selecting codes selects the values they stand for. What makes engines
+disagree is the order of equal values. torch leaves it open for ``topk`` and
+``sort`` (its CPU ``topk`` returns the later of two equal elements first, its
+sort the earlier one), and a fake-quantized tensor has many equal values, so the
+rule is fixed here and every engine follows it:
+
+* ``topk`` / ``sort``: equal values in the order of their indices, the lower index
+  first, in both directions (a stable sort);
+* ``argmax`` / ``argmin``: the first extreme value (as torch documents it).
+
+The torch forms (``topk``, ``sort``) are what a prepared model calls instead of
+``torch.topk`` / ``torch.sort`` and what the interpreter runs on float tensors;
+the numpy forms (``topk_indices``, ``arg_extreme``) are the integer semantics the
+npu kernels and the interpreter run on codes. Index reads (``gather``,
+``index_select``) refuse an index out of range: a wrong index never reads
+another element silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+# ------------------------------------------------------------------ torch forms
+
+
+def topk(
+    input: torch.Tensor,
+    k: int,
+    dim: int = -1,
+    largest: bool = True,
+    sorted: bool = True,  # noqa: A002  (torch's keyword)
+):
+    """``torch.topk`` with the tie rule above (always sorted)."""
+    values, indices = torch.sort(input, dim=dim, descending=largest, stable=True)
+    return torch.return_types.topk(
+        (values.narrow(dim, 0, k), indices.narrow(dim, 0, k))
+    )
+
+
+def sort(input: torch.Tensor, dim: int = -1, descending: bool = False, stable=None):
+    """``torch.sort``, always stable (``stable`` is accepted and implied)."""
+    values, indices = torch.sort(input, dim=dim, descending=descending, stable=True)
+    return torch.return_types.sort((values, indices))
+
+
+def argsort(
+    input: torch.Tensor, dim: int = -1, descending: bool = False, stable=None
+) -> torch.Tensor:
+    """``torch.argsort``, always stable."""
+    return torch.sort(input, dim=dim, descending=descending, stable=True).indices
+
+
+# ------------------------------------------------------------------ numpy forms
+
+
+def topk_indices(x: np.ndarray, k: int, dim: int, largest: bool) -> np.ndarray:
+    """The int64 indices of the ``k`` largest (smallest) values along ``dim``, in
+    order, equal values by index (lower first)."""
+    keys = x.astype(np.int64) if x.dtype.kind in "iub" else x
+    order = np.argsort(-keys if largest else keys, axis=dim, kind="stable")
+    return np.take(order, np.arange(k), axis=dim).astype(np.int64)
+
+
+def arg_extreme(x: np.ndarray, dim: int, keepdim: bool, largest: bool) -> np.ndarray:
+    """The int64 index of the first maximum (minimum) along ``dim``."""
+    pick = np.argmax if largest else np.argmin
+    return np.asarray(pick(x, axis=dim, keepdims=keepdim), np.int64)
+
+
+def check_index(index: np.ndarray, size: int, what: str) -> None:
+    """Refuse an index outside ``[0, size)``, naming it."""
+    if index.size and (index.min() < 0 or index.max() >= size):
+        bad = index[(index < 0) | (index >= size)].flat[0]
+        raise IndexError(f"{what}: index {int(bad)} is out of range for size {size}")
+
+
+def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
+    """``torch.gather``: ``y[i][j][k] = x[i][index[i][j][k]][k]`` (``dim`` 1);
+    ``index`` has ``x``'s rank and at most its size in the other dims."""
+    dim %= x.ndim
+    check_index(index, x.shape[dim], "gather")
+    window = tuple(slice(0, n) for n in index.shape)
+    window = window[:dim] + (slice(None),) + window[dim + 1 :]
+    return np.take_along_axis(x[window], index, axis=dim)
+
+
+def index_select(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
+    """``torch.index_select``: the slices of ``x`` at a 1-d ``index`` on ``dim``."""
+    dim %= x.ndim
+    check_index(index, x.shape[dim], "index_select")
+    return np.take(x, index, axis=dim)
