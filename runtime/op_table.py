@@ -415,6 +415,9 @@ OPS: tuple[OpEntry, ...] = (
     OpEntry(
         "gather", "hbir.gather", MOVE, ("torch.gather", "Tensor.gather"), PASSTHROUGH
     ),
+    # a table's rows at integer ids: the table quantized as one tensor (by the
+    # output's fake quant), the rows read with index_select
+    OpEntry("embedding", "hbir.index_select", MOVE, ("nn.Embedding", "F.embedding")),
     OpEntry(
         "index_select",
         "hbir.index_select",

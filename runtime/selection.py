@@ -25,6 +25,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from hbir.errors import HbirError
+
+
+class IndexOutOfRangeError(HbirError, IndexError):
+    """An index read outside its dim (the engines report it with their location)."""
+
+
 # ------------------------------------------------------------------ torch forms
 
 
@@ -76,7 +83,9 @@ def check_index(index: np.ndarray, size: int, what: str) -> None:
     """Refuse an index outside ``[0, size)``, naming it."""
     if index.size and (index.min() < 0 or index.max() >= size):
         bad = index[(index < 0) | (index >= size)].flat[0]
-        raise IndexError(f"{what}: index {int(bad)} is out of range for size {size}")
+        raise IndexOutOfRangeError(
+            f"{what}: index {int(bad)} is out of range for size {size}"
+        )
 
 
 def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:

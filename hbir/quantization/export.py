@@ -87,6 +87,18 @@ def _ir_float(dtype: torch.dtype):
     return _TORCH_TO_IR[dtype]
 
 
+def _input_type(t: torch.Tensor) -> TensorType:
+    """A model input's type: float, or int64 ids / indices (``hbir.INDEX``)."""
+    if t.dtype == torch.int64:
+        return TensorType(hb.INDEX, list(t.shape))
+    if t.dtype not in _TORCH_TO_IR:
+        raise ExportError(
+            f"an input of dtype {t.dtype}: inputs are float32, float64 or int64 "
+            "(ids and indices)"
+        )
+    return TensorType(_TORCH_TO_IR[t.dtype], list(t.shape))
+
+
 class Exporter:
     """State of one export: the fx graph, recorded values, the block being built."""
 
@@ -237,9 +249,7 @@ class Exporter:
         leaves: list[torch.Tensor] = []
         for node in placeholders:
             _flatten(self.recorded[node], leaves, node.name)
-        self.block = Block(
-            arg_types=[TensorType(_ir_float(t.dtype), list(t.shape)) for t in leaves]
-        )
+        self.block = Block(arg_types=[_input_type(t) for t in leaves])
         args = iter(self.block.args)
         for node in placeholders:
             # Tuple / list / dict inputs become one argument per tensor, in order.
@@ -271,7 +281,9 @@ class Exporter:
                 self.values[node] = self.recorded.get(node)
                 continue
             builder, what = rules.find(node, self.modules)
-            if self._folds(node, builder is not None):
+            if builder not in rules.INDEX_READERS and self._folds(
+                node, builder is not None
+            ):
                 # Computed from constants and sizes only, in a form IR cannot hold
                 # (index math on an int64 buffer, a mask made by torch.zeros): its
                 # value on the example is the constant.

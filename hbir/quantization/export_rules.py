@@ -558,9 +558,14 @@ def _getitem(ex: Exporter, node: fx.Node):
 
 
 def _index_tensor(ex: Exporter, node: fx.Node, x, index):
-    """``x[...]`` with ints, slices, None and Ellipsis: a slice plus a reshape."""
+    """``x[...]`` with ints, slices, None and Ellipsis: a slice plus a reshape;
+    with one 1-d integer tensor among full slices (``boxes[:, keep]``): an
+    index_select."""
     shape = hb.shape_of(x)
     index = index if isinstance(index, tuple) else (index,)
+    tensors = [i for i, v in enumerate(index) if isinstance(v, fx.Node)]
+    if tensors:
+        return _index_select_by(ex, x, index, tensors)
     if any(not isinstance(i, int | slice | type(None) | type(Ellipsis)) for i in index):
         raise Unsupported("advanced (tensor) indexing")
     dims = [i for i in index if i is not None]
@@ -603,6 +608,22 @@ def _split(ex: Exporter, node: fx.Node):
             for p, t in zip(pieces, outs, strict=True)
         )
     return pieces
+
+
+def _index_select_by(ex: Exporter, x, index: tuple, tensors: list[int]):
+    """``x[:, idx]``: one 1-d index tensor, every other position a full slice (or
+    one Ellipsis standing for them)."""
+    rank = len(hb.shape_of(x))
+    full = [v == slice(None) or v is Ellipsis for v in index]
+    if len(tensors) != 1 or sum(full) != len(index) - 1:
+        raise Unsupported("indexing with tensors beyond one index among full slices")
+    at = tensors[0]
+    if Ellipsis in index[at + 1 :]:
+        at = rank - (len(index) - at)
+    ids = _index(ex, index[tensors[0]])
+    if len(hb.shape_of(ids)) != 1:
+        raise Unsupported("indexing with an index tensor that is not 1-d")
+    return ex.emit(hb.IndexSelectOp(x, ids, at))
 
 
 def _narrow(ex: Exporter, node: fx.Node):
@@ -651,6 +672,18 @@ def _index(ex: Exporter, arg) -> SSAValue:
             raise Unsupported(f"an index of element type {element} (i64 only)")
         return value
     raise Unsupported(f"index {arg!r}")
+
+
+def _embedding(ex: Exporter, node: fx.Node):
+    """The table's fake quant, then its rows at the flattened ids, viewed back."""
+    mod = _module(ex, node)
+    table = ex.fake_quant(ex.constant(mod.weight), mod.activation_post_process)
+    ids = _index(ex, node.args[0])
+    shape = hb.shape_of(ids)
+    if len(shape) != 1:
+        ids = ex.emit(hb.ReshapeOp(ids, [math.prod(shape)]))
+    rows = ex.emit(hb.IndexSelectOp(table, ids, 0))
+    return ex.emit(hb.ReshapeOp(rows, [*shape, hb.shape_of(table)[1]]))
 
 
 def _topk(ex: Exporter, node: fx.Node):
@@ -1099,6 +1132,9 @@ def _derive_passthrough() -> None:
 
 
 _derive_passthrough()
+MODULE_IMPORTERS[qat.Embedding] = _embedding
+# builders that take integer constants as i64 operands (export does not fold them)
+INDEX_READERS = frozenset({_embedding, _gather, _index_select})
 # what prepare calls for torch's top-k and sort (runtime/selection.py)
 FUNCTION_IMPORTERS |= {
     selection.topk: _topk,

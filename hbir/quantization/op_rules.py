@@ -221,6 +221,27 @@ def _has_node(value) -> bool:
     return isinstance(value, fx.Node)
 
 
+def _module_embedding(q, mod, ids, *, fused_relu=None):
+    require(mod.max_norm is None, f"max_norm={mod.max_norm}")
+    require(not mod.sparse, "sparse=True")
+    return qat.Embedding.from_float(mod, q()), (ids,)
+
+
+def _embedding(
+    q,
+    input,
+    weight,
+    padding_idx=None,
+    max_norm=None,
+    norm_type=2.0,
+    scale_grad_by_freq=False,
+    sparse=False,
+):
+    require(max_norm is None, f"max_norm={max_norm}")
+    require(not sparse, "sparse=True")
+    return qat.Embedding(q(), parameter(q.constant(weight)), padding_idx), (input,)
+
+
 def _f_linear(q, input, weight, bias=None):
     w, b = q.constant(weight), q.constant(bias)
     mod = nn.Linear(w.shape[1], w.shape[0], bias=b is not None)
@@ -723,6 +744,7 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "affine": _module_batch_norm,
     "group_norm": _module_group_norm,
     "multihead_attention": _module_multihead_attention,
+    "embedding": _module_embedding,
 }
 
 _FUNCTION_BUILDERS: dict[str, Callable] = {
@@ -766,6 +788,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "resize": _resize,
     "constant_pad": _constant_pad,
     "abs": _unary(qat.Abs),
+    "embedding": _embedding,
 }
 
 _SPELLING_BUILDERS: dict[str, Callable] = {

@@ -201,6 +201,9 @@ _TIE_RULED = {
 }
 
 
+# Ops that quantize their own source (an embedding's table), float inputs or not.
+_SOURCES = frozenset({"embedding"})
+
 # The ops integer indices may reach: they move, select or read with them.
 _INDEX_READERS = frozenset(
     {"reshape", "transpose", "slice", "split", "repeat", "flip", "cast"}
@@ -335,8 +338,13 @@ class _GraphBuilder:
         self._call_op(node)
         if len(self.unsupported) > refused:
             return  # listed once: what follows from it is not listed again
-        if value_of(node).holds_index_tensor and any(
-            n in self.data_indices or self._is_data(n) for n in node.all_input_nodes
+        from_sizes = functionalize.FROM_SIZES_META in node.meta  # a mask, a grid
+        if (
+            not from_sizes
+            and value_of(node).holds_index_tensor
+            and any(
+                n in self.data_indices or self._is_data(n) for n in node.all_input_nodes
+            )
         ):
             self.data_indices.add(node)
 
@@ -391,6 +399,12 @@ class _GraphBuilder:
             else:
                 new.meta = dict(node.meta)
                 self._set(node, new, FLOAT)
+        elif (rule := self._rule(node, module)) is not None and rule.op in _SOURCES:
+            # quantizes what it reads (a table), whatever its inputs are
+            if module is not None:
+                self._module_call(node, rule, module, args, kwargs)
+            else:
+                self._function_call(node, rule, args, kwargs)
         elif quantized_input and self._is_passthrough(node, module, args, kwargs):
             self._passthrough(node, self._node_copy(node), inputs)
         elif not value_of(node).is_float_tensor and (

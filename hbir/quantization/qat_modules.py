@@ -300,6 +300,35 @@ class DeQuantStub(nn.Module):
         return x
 
 
+# ----------------------------------------------------------------- tables
+
+
+class Embedding(QATModule):
+    """``nn.Embedding``: rows of a table. The rows are the output's values, so the
+    table is quantized as one tensor by the output's own fake quant (observing the
+    table) and the looked-up rows keep its grid."""
+
+    op = "embedding"
+
+    def __init__(
+        self, qconfig: QConfig, weight: nn.Parameter, padding_idx: int | None = None
+    ) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.weight = weight
+        self.padding_idx = padding_idx
+
+    @classmethod
+    def from_float(cls, mod: nn.Embedding, qconfig: QConfig) -> Embedding:
+        return cls(qconfig, mod.weight, mod.padding_idx)
+
+    def table(self) -> torch.Tensor:
+        return self.activation_post_process(self.weight)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.table(), self.padding_idx)
+
+
 # ----------------------------------------------------------------- weight layers
 
 

@@ -425,6 +425,11 @@ SAMPLES.update(
             lambda m, x: x.gather(0, x.topk(2, dim=0).indices),
             (4, 6),
         ),
+        "nn.Embedding": (lambda m, x: m.op(x.argmax(-1)), (2, 3, 8)),
+        "F.embedding": (
+            lambda m, x: F.embedding(x.argmin(-1), m.op.weight) * x[..., :5],
+            (2, 3, 8),
+        ),
         "torch.index_select": _x4(
             lambda m, x: torch.index_select(x, 2, torch.tensor([5, 0, 0]))
         ),
@@ -432,6 +437,13 @@ SAMPLES.update(
             lambda m, x: x.index_select(0, x.sum(1).argsort()),
             (3, 8),
         ),
+    }
+)
+
+MODULES.update(
+    {
+        "nn.Embedding": lambda: nn.Embedding(8, 5),
+        "F.embedding": lambda: nn.Embedding(8, 5),
     }
 )
 

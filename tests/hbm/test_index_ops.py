@@ -1,0 +1,220 @@
+"""Selection and integer indices, all the way to model.hbm (issue 27).
+
+The post-processing of real heads: a segmentation argmax as the model's output,
+top-k decoding (scores, ``topk``, the boxes read at its indices with ``gather``,
+``index_select`` and ``boxes[:, idx]``), ``max(dim)`` and ``sort``, and token
+models whose input is int64 ids (``nn.Embedding`` of the ids and of an ``arange``
+buffer of positions). Each goes through prepare, calibration, export, convert and
+compile; at every stage the outputs, the int64 indices among them, must equal the
+previous stage's bit for bit (qat.export.pt, qat.bc, quantized.bc, model.hbm).
+
+Equal values are where engines part: torch's CPU ``topk`` returns the later of
+two equal elements first, and a fake-quantized tensor has many. The tie rule of
+``runtime/selection.py`` (the lower index first) is followed by every stage, which
+the planted ties below check against a reference written here.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from zoo_stages import validated
+
+import hbir
+from hbir.compile import lower_to_npu
+from hbir.dialects import npu
+from hbir.quantization import (
+    FakeQuantState,
+    export,
+    pre_export,
+    prepare,
+    set_fake_quantize,
+)
+
+
+class Segmenter(nn.Module):
+    """A segmentation head whose output is the class map (argmax over classes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+        self.classes = nn.Conv2d(8, 5, 1)
+
+    def forward(self, x):
+        logits = self.classes(self.body(x))
+        return logits, logits.argmax(dim=1)
+
+
+class TopkDecoder(nn.Module):
+    """A dense detection head decoded as CenterNet / FCOS deployments do it in the
+    model: the best locations by score, their boxes and features read back."""
+
+    def __init__(self, k: int = 6):
+        super().__init__()
+        self.k = k
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.score = nn.Conv2d(8, 3, 1)
+        self.box = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        f = F.relu(self.stem(x))
+        scores = self.score(f).sigmoid().flatten(2)  # N, classes, HW
+        best, _ = scores.max(dim=1)  # N, HW
+        values, where = best.topk(self.k, dim=1)
+        boxes = self.box(f).flatten(2)  # N, 4, HW
+        picked = boxes.gather(2, where.unsqueeze(1).expand(-1, 4, -1))
+        first = boxes.transpose(1, 2)[:, where[0]]  # boxes[:, idx]
+        ranked = torch.sort(best, dim=1, descending=True)
+        feats = f.flatten(2).index_select(2, where[0, :2])
+        return values, where, picked, first, ranked.indices, feats
+
+
+class TokenModel(nn.Module):
+    """Token and position embeddings (GPT-2's): int64 ids in, logits and the
+    predicted token out."""
+
+    def __init__(self, vocab: int = 40, length: int = 6, width: int = 12):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, width)
+        self.positions = nn.Embedding(length, width)
+        self.register_buffer("position_ids", torch.arange(length))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        h = self.tokens(ids) + F.embedding(self.position_ids, self.positions.weight)
+        logits = self.head(F.gelu(h))
+        return logits, logits.argmax(-1)
+
+
+def _images(n, shape=(2, 3, 6, 6)):
+    g = torch.Generator().manual_seed(7)
+    return [torch.randn(shape, generator=g) for _ in range(n)]
+
+
+def _ids(n, vocab=40, shape=(2, 6)):
+    g = torch.Generator().manual_seed(7)
+    return [torch.randint(0, vocab, shape, generator=g) for _ in range(n)]
+
+
+CASES = {
+    "segmenter": (Segmenter, _images),
+    "topk_decoder": (TopkDecoder, _images),
+    "token_model": (TokenModel, _ids),
+}
+
+
+def _calibrated(model, inputs, out_dir):
+    """Prepared and calibrated (``validated`` feeds float inputs only)."""
+    qat = prepare(model.eval(), (inputs[0],), out_dir=out_dir)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for x in inputs:
+            qat(x)
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    return qat
+
+
+def _stages(model, inputs, tmp_path):
+    """Every stage's outputs for every input: name -> [list of arrays]."""
+    if inputs[0].is_floating_point():
+        qat = validated(model, inputs, tmp_path)
+    else:
+        qat = _calibrated(model, inputs, tmp_path)
+    qat_bc = export(qat, (inputs[0],))
+    exported = pre_export(qat)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    hbir.compile(quantized, str(tmp_path / "model.hbm"), "nash-e")
+    hbm = hbir.load(str(tmp_path / "model.hbm"))
+    got = {name: [] for name in ("qat.export.pt", "qat.bc", "quantized.bc", "hbm")}
+    for x in inputs:
+        with torch.no_grad():
+            got["qat.export.pt"].append([y.numpy() for y in exported(x)])
+        feed = {"_input_0": x.numpy()}
+        for name, f in (
+            ("qat.bc", qat_bc["forward"]),
+            ("quantized.bc", quantized["forward"]),
+            ("hbm", hbm["forward"]),
+        ):
+            result = f.feed(feed, **({"reference": True} if name != "hbm" else {}))
+            got[name].append(list(result.values()))
+    return got, quantized
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_selection_and_indices_are_bit_identical_at_every_stage(name, tmp_path):
+    make, inputs_of = CASES[name]
+    torch.manual_seed(0)
+    got, quantized = _stages(make(), inputs_of(3), tmp_path)
+    stages = list(got)
+    for before, after in zip(stages, stages[1:], strict=False):
+        for a_outputs, b_outputs in zip(got[before], got[after], strict=True):
+            for i, (a, b) in enumerate(zip(a_outputs, b_outputs, strict=True)):
+                assert a.dtype == b.dtype and a.shape == b.shape, (before, after, i)
+                assert a.tobytes() == b.tobytes(), f"{after} differs from {before}: {i}"
+    assert any(y.dtype == np.int64 for y in got["hbm"][0]), "an index output"
+    program = lower_to_npu(quantized).module
+    islands = {op.reason.data for op in program.walk() if isinstance(op, npu.CpuCallOp)}
+    assert islands <= {"quantize", "dequantize"}, islands  # selection on the NPU
+
+
+class Ties(nn.Module):
+    """Values that fake quantization makes equal, ranked and located."""
+
+    def forward(self, x):
+        values, indices = torch.topk(x, 4, dim=1)
+        return values, indices, x.argmax(1), x.sort(dim=1, stable=False)[1]
+
+
+def test_equal_values_are_ranked_by_index_in_every_stage(tmp_path):
+    # codes of one scale: many exact ties in each row (and a negative zero)
+    x = torch.tensor([[0.5, 1.0, 1.0, -0.0, 1.0, 0.25, 0.0, 1.0]] * 2)
+    x[1] = x[1].flip(0)
+    inputs = [x, x * -1.0, x.roll(3, 1)]
+    got, _ = _stages(Ties(), inputs, tmp_path)
+    for x, hbm_outputs in zip(inputs, got["hbm"], strict=True):
+        values, indices, argmax, order = hbm_outputs
+        codes = x.numpy()  # values on the int8 grid of 1/127 steps keep their order
+        want = np.argsort(-codes, axis=1, kind="stable")  # lower index first
+        np.testing.assert_array_equal(indices, want[:, :4])
+        np.testing.assert_array_equal(argmax, want[:, 0])
+        np.testing.assert_array_equal(order, np.argsort(codes, axis=1, kind="stable"))
+        # the values are on the input's grid (1.0 is its top code, 127 / 127.5)
+        picked = np.take_along_axis(codes, want[:, :4], 1)
+        np.testing.assert_allclose(values, picked, atol=1 / 127)
+    # the planted ties are ones torch's own top-k orders differently
+    assert not torch.equal(
+        torch.topk(inputs[0], 4, dim=1).indices,
+        torch.tensor(np.argsort(-inputs[0].numpy(), axis=1, kind="stable")[:, :4]),
+    )
+
+
+def test_an_id_out_of_range_is_a_located_error_in_every_engine(tmp_path):
+    model, inputs = TokenModel(), _ids(2)
+    qat = _calibrated(model, inputs, tmp_path)
+    qat_bc = export(qat, (inputs[0],))
+    quantized = hbir.convert(qat_bc, "nash-e")
+    hbir.compile(quantized, str(tmp_path / "model.hbm"), "nash-e")
+    hbm = hbir.load(str(tmp_path / "model.hbm"))
+    bad = inputs[0].clone()
+    bad[1, 2] = 40  # the vocabulary has 40 tokens
+    feed = {"_input_0": bad.numpy()}
+    for f in (qat_bc["forward"], quantized["forward"], hbm["forward"]):
+        with pytest.raises(
+            hbir.HbirError, match="index 40 is out of range for size 40"
+        ):
+            f.feed(feed)
+
+
+class IndexMath(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, ids):
+        return self.fc(F.one_hot(ids, 8).float()) + (ids + 1).float().unsqueeze(-1)
+
+
+def test_arithmetic_on_integer_inputs_is_refused_at_prepare(tmp_path):
+    with pytest.raises(hbir.HbirError, match="it computes with integer indices"):
+        prepare(IndexMath().eval(), (torch.randint(0, 8, (2, 3)),), out_dir=tmp_path)
