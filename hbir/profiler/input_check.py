@@ -97,9 +97,12 @@ def input_ranges(gm) -> list[InputRange]:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for position, node in enumerate(placeholders):
         for user in node.users:
-            fq = getattr(modules.get(user.target), "activation_post_process", None)
+            module = modules.get(user.target)
+            fq = getattr(module, "activation_post_process", None)
             if user.op != "call_module" or not isinstance(fq, FakeQuantize):
                 continue
+            if getattr(module, "op", None) != "quantize":  # an embedding's table
+                break
             scale = fq.scale.detach().double().reshape(-1).numpy()
             zero = fq.zero_point.detach().double().reshape(-1).numpy()
             if scale.size != 1 or user not in keys:
@@ -125,9 +128,10 @@ class InputCheck:
             if r.position >= len(inputs):
                 continue
             x = inputs[r.position]
-            x = np.asarray(x.detach().double() if hasattr(x, "detach") else x)
-            if not np.issubdtype(x.dtype, np.floating):
+            x = x.detach().numpy() if hasattr(x, "detach") else np.asarray(x)
+            if not np.issubdtype(x.dtype, np.floating):  # ids: not normalised
                 continue
+            x = x.astype(np.float64)
             self.given.setdefault(r.position, _Stats(r.lo, r.hi)).add(x)
             for label, fn in NORMALISATIONS:
                 y = fn(x)

@@ -218,3 +218,19 @@ class IndexMath(nn.Module):
 def test_arithmetic_on_integer_inputs_is_refused_at_prepare(tmp_path):
     with pytest.raises(hbir.HbirError, match="it computes with integer indices"):
         prepare(IndexMath().eval(), (torch.randint(0, 8, (2, 3)),), out_dir=tmp_path)
+
+
+def test_the_doctor_finds_nothing_in_a_clean_token_model(tmp_path):
+    """int64 ids are data, not a normalised image: no input-range finding, and the
+    index outputs are compared as they are through model.hbm."""
+    from hbir.profiler import diagnose
+
+    inputs = _ids(2)
+    qat = _calibrated(TokenModel(), inputs, tmp_path)
+    qat_bc = export(qat, (inputs[0],))
+    quantized = hbir.convert(qat_bc, "nash-e")
+    hbm = hbir.compile(quantized, tmp_path / "model.hbm")
+    d = diagnose(qat, inputs, qat_bc=qat_bc, quantized_bc=quantized, model_hbm=hbm)
+    assert d.finding is None, d.text()
+    assert d.stages[-1] == "model.hbm"
+    assert all(pair.layers for pair in d.pairs)
