@@ -1069,6 +1069,53 @@ class IndexSelectOp(IndexReadOp):
     SHAPE_RULE = staticmethod(shapes.index_select)
 
 
+@irdl_op_definition
+class IndexCopyOp(IRDLOperation):
+    """``input`` with ``source``'s slices written at a 1-d i64 ``index`` along
+    ``dim`` (``torch.index_copy``; ``canvas[:, idx] = feats``): of repeated indices
+    the last write wins.
+
+    ``%y = hbir.index_copy %canvas, %i, %src {dim = 1 : i64} : (tensor<3x16xf32>,
+    tensor<4xi64>, tensor<3x4xf32>) -> tensor<3x16xf32>``
+    """
+
+    name = "hbir.index_copy"
+
+    input = operand_def(AnyTensorTypeConstr)
+    index = operand_def(AnyTensorTypeConstr)
+    source = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $index `,` $source attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(self, input: Value, index: Value, source: Value, dim: int):
+        super().__init__(
+            operands=[input, index, source],
+            result_types=[tensor_type(input)],
+            properties={"dim": i64_attr(dim)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.source, self.output)
+        _check_index_type(self.index, "index")
+        x = shape_of(self.input)
+        try:
+            written = shapes.index_select(x, shape_of(self.index), _dim(self))
+        except shapes.ShapeError as e:
+            raise VerifyException(str(e)) from None
+        if shape_of(self.source) != written:
+            raise VerifyException(
+                f"source shape {list(shape_of(self.source))}, expected {list(written)}"
+            )
+        if shape_of(self.output) != x:
+            raise VerifyException("the result has the input's shape")
+
+
 # ------------------------------------------------------------------ conv / gemm
 
 
@@ -2282,6 +2329,7 @@ HBIR = Dialect(
         ArgminOp,
         GatherOp,
         IndexSelectOp,
+        IndexCopyOp,
         Conv2dOp,
         ConvTranspose2dOp,
         LinearOp,

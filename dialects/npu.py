@@ -787,6 +787,34 @@ class IndexSelectOp(_IndexReadOp):
     name = "npu.index_select"
 
 
+@irdl_op_definition
+class IndexCopyOp(OpcodeOp):
+    """``input`` with ``source``'s slices written at an int64 1-d ``index`` along
+    ``dim`` (DTE; the last of repeated indices wins).
+
+    ``%y = npu.index_copy %x, %i, %s {dim = 1 : i64} : (tensor<3x16xsi8>,
+    tensor<4xi64>, tensor<3x4xsi8>) -> tensor<3x16xsi8>``
+    """
+
+    name = "npu.index_copy"
+
+    input = operand_def(AnyTensorTypeConstr)
+    index = operand_def(AnyTensorTypeConstr)
+    source = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    dim = prop_def(IntegerAttr[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $index `,` $source attr-dict `:` functional-type(operands, results)"
+    )
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        rank = len(shape_of(self.input))
+        return "index_copy", {"dim": _in_rank(self.dim.value.data, rank)}
+
+
 class _MoveOp(UnaryOp, OpcodeOp):
     """A copy between memories: the result has the operand's type."""
 
@@ -962,6 +990,7 @@ NPU = Dialect(
         TopkOp,
         GatherOp,
         IndexSelectOp,
+        IndexCopyOp,
         DmaLoadOp,
         DmaStoreOp,
         CpuCallOp,

@@ -43,7 +43,15 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from hbir.dialects.hbir import Value, i64_attr, ints, is_float, shape_of, tensor_type
+from hbir.dialects.hbir import (
+    Value,
+    dense_array,
+    i64_attr,
+    ints,
+    is_float,
+    shape_of,
+    tensor_type,
+)
 from hbir.runtime import numerics, op_table
 
 
@@ -504,6 +512,14 @@ def _producer_grid(value: SSAValue):
             # pieces of one tensor put back together (torch.roll)
             grids = {_producer_grid(v) for v in op.operands}
             return grids.pop() if len(grids) == 1 else None
+        if op.name == "hbir.index_copy":  # into zeros: the written values' grid
+            canvas = op.operands[0].owner
+            if getattr(canvas, "name", None) != "hbir.constant" or np.any(
+                dense_array(canvas.value)
+            ):
+                return None
+            value = op.operands[2]
+            continue
         if not _keeps_grid(op) or not op.operands:
             return None
         value = op.operands[0]

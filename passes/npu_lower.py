@@ -482,6 +482,7 @@ RULES: dict[type[Operation], Rule] = {
     hbir.ArgminOp: _arg_extreme(False),
     hbir.GatherOp: _copy_as(npu.GatherOp, ("dim",)),
     hbir.IndexSelectOp: _copy_as(npu.IndexSelectOp, ("dim",)),
+    hbir.IndexCopyOp: _copy_as(npu.IndexCopyOp, ("dim",)),
 }
 
 _EXACT = "qnt.exact"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation
@@ -149,6 +150,33 @@ class SinkThroughTopk(RewritePattern):
         rewriter.replace(op, [topk, dq], [dq.output, topk.indices])
 
 
+class SinkThroughIndexCopy(RewritePattern):
+    """index_copy(canvas, idx, dequantize(q)) -> dequantize(index_copy(canvas
+    codes, idx, q)) for a constant canvas on q's grid (a zero canvas)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(
+        self, op: hbir.IndexCopyOp, rewriter: PatternRewriter
+    ) -> None:
+        codes = fp.codes_of(op.source)
+        values = fp.float_constant(op.input)
+        if codes is None or not codes.per_tensor or fp.is_cpu(op) or values is None:
+            return
+        on_grid = values / codes.scales[0]
+        lo, hi = -(1 << (codes.bits - 1)), (1 << (codes.bits - 1)) - 1
+        if not np.all(
+            (on_grid == np.round(on_grid)) & (on_grid >= lo) & (on_grid <= hi)
+        ):
+            return
+        constant = fp.int_constant(on_grid, codes.bits)
+        constant.location = op.input.owner.location
+        new = hbir.IndexCopyOp(
+            constant.output, op.index, codes.codes, op.dim.value.data
+        )
+        new.location = op.location
+        rewriter.replace(op, [constant, new, _dequantize(op, codes, new.output, None)])
+
+
 class SelectOnCodes(RewritePattern):
     """argmax / argmin of dequantize(q) -> of q (the same index)."""
 
@@ -235,6 +263,7 @@ PATTERNS = (
     SinkThroughMover(),
     SinkThroughSplit(),
     SinkThroughTopk(),
+    SinkThroughIndexCopy(),
     SelectOnCodes(),
     SinkThroughConcat(),
     QuantizeIntoConcat(),

@@ -510,6 +510,21 @@ def _check_index_select(ins, code):
     _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
 
 
+def _check_index_copy(ins, code):
+    (x, index, src), (y,) = _ops(ins, code)
+    d = ins.fields["dim"]
+    _need(x.dtype in _INTEGER, f"input must be integers, got {x.dtype}")
+    _need(index.dtype == "int64", f"index must be int64, got {index.dtype}")
+    _need(len(index.shape) == 1, f"index must be 1-d, got {list(index.shape)}")
+    _need(0 <= d < len(x.shape), f"dim {d} out of range")
+    want = x.shape[:d] + index.shape + x.shape[d + 1 :]
+    _need(
+        src.shape == want and src.dtype == x.dtype,
+        f"source {src.dtype} {list(src.shape)}, expected {x.dtype} {list(want)}",
+    )
+    _need(y.shape == x.shape and y.dtype == x.dtype, "the result is the input's")
+
+
 def _check_move(ins, code):
     (x,), (y,) = _ops(ins, code)
     _need(x.shape == y.shape and x.dtype == y.dtype, "a copy keeps shape and dtype")
@@ -696,6 +711,7 @@ OPCODES: tuple[Opcode, ...] = (
     ),
     Opcode(20, "gather", 2, 1, "dte", (("dim", "i64"),), _check_gather),
     Opcode(21, "index_select", 2, 1, "dte", (("dim", "i64"),), _check_index_select),
+    Opcode(22, "index_copy", 3, 1, "dte", (("dim", "i64"),), _check_index_copy),
 )
 
 BY_NUMBER = {op.number: op for op in OPCODES}

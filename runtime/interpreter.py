@@ -337,6 +337,15 @@ def _index_read(torch_fn, numpy_fn) -> Kernel:
     return kernel
 
 
+def _index_copy(op: hbir.IndexCopyOp, x, index, source) -> tuple[np.ndarray, ...]:
+    dim = op.dim.value.data
+    selection.check_index(index, x.shape[dim % x.ndim], op.name)
+    if _is_float(x):
+        y = selection.index_copy(_t(x), dim, _t(index), _t(source))
+        return (_float_out(op, y),)
+    return (selection.index_copy_codes(x, index, source, dim),)
+
+
 # ------------------------------------------------------------------ conv / gemm
 
 
@@ -857,6 +866,7 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.ArgminOp: _arg_extreme(False),
     hbir.GatherOp: _index_read(torch.gather, selection.gather),
     hbir.IndexSelectOp: _index_read(torch.index_select, selection.index_select),
+    hbir.IndexCopyOp: _index_copy,
     hbir.Conv2dOp: _conv2d,
     hbir.ConvTranspose2dOp: _conv_transpose2d,
     hbir.LinearOp: _linear,

@@ -361,6 +361,10 @@ def index_select(f: Fields, out: Out, x, index) -> np.ndarray:
     return selection.index_select(x, index, f["dim"])
 
 
+def index_copy(f: Fields, out: Out, x, index, source) -> np.ndarray:
+    return selection.index_copy_codes(x, index, source, f["dim"])
+
+
 def move(f: Fields, out: Out, x) -> np.ndarray:
     return x
 
@@ -390,6 +394,7 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "topk": topk,
     "gather": gather,
     "index_select": index_select,
+    "index_copy": index_copy,
     "dma_load": move,
     "dma_store": move,
 }

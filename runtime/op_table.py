@@ -486,6 +486,9 @@ OPS: tuple[OpEntry, ...] = (
     # ---------------------------------------------------------------- IR only
     _ir("hbir.constant", QUANT),
     _ir("hbir.lut", INTEGER),
+    # ``canvas[:, idx] = feats`` (prepare: a write into a zero canvas, which keeps
+    # the written values' grid)
+    _ir("hbir.index_copy", MOVE),
     # the camera input's colour conversion: the CPU's, at the model's edge
     _ir("hbir.image_convert", INTEGER, cpu="image input conversion"),
     _ir("hbir.image_preprocess", IMAGE, cpu="image input preprocessing"),

@@ -62,7 +62,21 @@ def argsort(
     return torch.sort(input, dim=dim, descending=descending, stable=True).indices
 
 
+def index_copy(input: torch.Tensor, dim: int, index: torch.Tensor, source):
+    """``input`` with ``source``'s slices written at ``index`` along ``dim``
+    (``canvas[:, idx] = feats``); of repeated indices the last write wins."""
+    keep = torch.from_numpy(last_writes(index.numpy()))
+    return input.index_copy(dim, index[keep], source.index_select(dim, keep))
+
+
 # ------------------------------------------------------------------ numpy forms
+
+
+def last_writes(index: np.ndarray) -> np.ndarray:
+    """The positions of ``index`` whose value does not occur again later, in
+    order (the writes that survive a sequential scatter)."""
+    _, first_from_end = np.unique(index[::-1], return_index=True)
+    return np.sort(len(index) - 1 - first_from_end).astype(np.int64)
 
 
 def topk_indices(x: np.ndarray, k: int, dim: int, largest: bool) -> np.ndarray:
@@ -96,6 +110,20 @@ def gather(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
     window = tuple(slice(0, n) for n in index.shape)
     window = window[:dim] + (slice(None),) + window[dim + 1 :]
     return np.take_along_axis(x[window], index, axis=dim)
+
+
+def index_copy_codes(
+    x: np.ndarray, index: np.ndarray, source: np.ndarray, dim: int
+) -> np.ndarray:
+    """``index_copy`` on arrays: a copy of ``x`` with ``source`` written at
+    ``index`` along ``dim`` (the last of repeated indices wins)."""
+    dim %= x.ndim
+    check_index(index, x.shape[dim], "index_copy")
+    keep = last_writes(index)
+    out = x.copy()
+    where = (slice(None),) * dim + (index[keep],)
+    out[where] = np.take(source, keep, axis=dim)
+    return out
 
 
 def index_select(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:

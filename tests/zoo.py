@@ -22,6 +22,10 @@ Each entry is a small float model written the way users write them, with
 * ``const_tables``: float constants added to, subtracted from and multiplied with
   quantized values before table ops (``log(|x| + 0.1)``, ``rsqrt(|x| + 0.1)``), on
   a zero canvas filled by slice assignment (padding written by hand).
+* ``sparse_bev``: the best locations of a score map (``topk``), their features
+  read back (``gather``) and written into a zero canvas at those locations
+  (PointPillars' ``canvas[:, idx] = feats``), a conv over the canvas; the scores,
+  the int64 locations and the class map (``argmax``) are outputs.
 
 ``build(name)`` returns ``(model, example_inputs)`` with deterministic weights and
 non-trivial batch-norm statistics; ``batches(name, n)`` yields calibration inputs;
@@ -47,6 +51,7 @@ NAMES = (
     "multi_io",
     "fpn_head",
     "const_tables",
+    "sparse_bev",
 )
 
 
@@ -295,6 +300,32 @@ class ConstTables(nn.Module):
         return (torch.randn(batch, 3, 8, 8, generator=generator),)
 
 
+class SparseBev(nn.Module):
+    def __init__(self, k=6):
+        super().__init__()
+        self.quant = QuantStub()
+        self.stem = nn.Sequential(conv_bn(3, 8, 3), nn.ReLU())
+        self.score = nn.Conv2d(8, 3, 1)
+        self.bev = nn.Conv2d(8, 4, 3, padding=1)
+        self.k = k
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        f = self.stem(self.quant(x))
+        n, c, h, w = f.shape
+        scores = self.score(f)
+        best, where = scores.flatten(2).amax(1).topk(self.k, dim=1)
+        feats = f.flatten(2).gather(2, where.unsqueeze(1).expand(-1, c, -1))
+        canvas = torch.zeros(n, c, h * w)
+        canvas[:, :, where[0]] = feats
+        bev = self.bev(canvas.view(n, c, h, w))
+        return self.dequant(bev), self.dequant(best), where, scores.argmax(1)
+
+    @staticmethod
+    def inputs(batch=2, generator=None):
+        return (torch.randn(batch, 3, 8, 8, generator=generator),)
+
+
 _CLASSES = {
     "resnet": ResNetLike,
     "mobilenet": MobileNetLike,
@@ -303,6 +334,7 @@ _CLASSES = {
     "multi_io": MultiIO,
     "fpn_head": FpnHead,
     "const_tables": ConstTables,
+    "sparse_bev": SparseBev,
 }
 
 

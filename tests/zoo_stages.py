@@ -31,7 +31,7 @@ def calibrated(name: str, tmp_path, level=None, qat_steps: int = 0):
         for inputs in zoo.batches(name, qat_steps, seed=5):
             out = qat(*inputs)
             out = out if isinstance(out, tuple | list) else (out,)
-            loss = sum(o.float().pow(2).mean() for o in out)
+            loss = sum(o.pow(2).mean() for o in out if o.is_floating_point())
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -164,6 +164,9 @@ def _recorder_class():
         def run_node(self, n):
             result = super().run_node(n)
             key = self.keys.get(n)
+            value = result
+            if isinstance(result, tuple) and result and torch.is_tensor(result[0]):
+                result = result[0]  # (values, indices): the values, as in HBIR
             if (
                 key is not None
                 and n.op != "get_attr"
@@ -178,7 +181,7 @@ def _recorder_class():
                     grid.qscale if grid is not None else None,
                     f"qint{grid.bits}" if grid is not None else "",
                 )
-            return result
+            return value
 
     return Recorder
 
@@ -293,7 +296,7 @@ def _own_grid(op: Operation) -> Grid | None:
 
 def layer_ops(func_op) -> dict[tuple[str, int], Operation]:
     """The op whose result is each origin's value (see the module)."""
-    from hbir.dialects.hbir import ConstantOp
+    from hbir.dialects.hbir import INDEX, ConstantOp, tensor_type
 
     last = {}
     for op in func_op.body.block.ops:
@@ -303,6 +306,8 @@ def layer_ops(func_op) -> dict[tuple[str, int], Operation]:
             or not op.results
             or op.name == "qnt.dequantize"
             or isinstance(op, ConstantOp)
+            # the indices of max(dim) / argmax: its values are the layer's
+            or tensor_type(op.results[0]).element_type == INDEX
         ):
             continue
         last[origin.key] = op

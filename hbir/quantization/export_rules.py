@@ -20,7 +20,7 @@ from torch import fx, nn
 from xdsl.ir import Operation, SSAValue
 
 from hbir.dialects import hbir as hb
-from hbir.dialects import qnt
+from hbir.dialects import qnt, shapes
 from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization import stubs
@@ -686,6 +686,16 @@ def _embedding(ex: Exporter, node: fx.Node):
     return ex.emit(hb.ReshapeOp(rows, [*shape, hb.shape_of(table)[1]]))
 
 
+def _index_copy(ex: Exporter, node: fx.Node):
+    """``canvas[:, idx] = feats`` (prepare's ``selection.index_copy``)."""
+    canvas, dim, index, source = node.args
+    x, ids, src = ex.tensor(canvas), _index(ex, index), ex.tensor(source)
+    written = shapes.index_select(hb.shape_of(x), hb.shape_of(ids), dim)
+    if hb.shape_of(src) != written:
+        raise Unsupported("a written value broadcast to the indexed slices")
+    return ex.emit(hb.IndexCopyOp(x, ids, src, dim))
+
+
 def _topk(ex: Exporter, node: fx.Node):
     x = ex.tensor(node.args[0])
     k = _arg(node, 1, "k")
@@ -1134,12 +1144,13 @@ def _derive_passthrough() -> None:
 _derive_passthrough()
 MODULE_IMPORTERS[qat.Embedding] = _embedding
 # builders that take integer constants as i64 operands (export does not fold them)
-INDEX_READERS = frozenset({_embedding, _gather, _index_select})
+INDEX_READERS = frozenset({_embedding, _gather, _index_select, _index_copy})
 # what prepare calls for torch's top-k and sort (runtime/selection.py)
 FUNCTION_IMPORTERS |= {
     selection.topk: _topk,
     selection.sort: _sort,
     selection.argsort: _sort,
+    selection.index_copy: _index_copy,
 }
 
 

@@ -212,6 +212,16 @@ _INDEX_READERS = frozenset(
 )
 
 
+def _one_index(key) -> tuple[int | None, str | None]:
+    """(the dim of the one index tensor among full slices, or why not)."""
+    key = key if isinstance(key, tuple) else (key,)
+    tensors = [d for d, k in enumerate(key) if isinstance(k, fx.Node)]
+    full = all(k == slice(None) for d, k in enumerate(key) if d not in tensors)
+    if len(tensors) != 1 or not full:
+        return None, "one index tensor among full slices (canvas[:, idx]) only"
+    return tensors[0], None
+
+
 def _entry_of(node: fx.Node):
     """The op table entry of a function or method call (None: none)."""
     if node.op == "call_method":
@@ -360,6 +370,8 @@ class _GraphBuilder:
             return op_rules.module_rule(self.modules[node.target]) is not None and (
                 op_rules.module_rule(self.modules[node.target]).op in _INDEX_READERS
             )
+        if node.target is functionalize.index_assign:
+            return True  # the index of a scatter (_index_write checks the rest)
         entry = _entry_of(node)
         if entry is not None and entry.op == "cast":  # .contiguous(), not .float()
             return value_of(node).holds_index_tensor
@@ -427,16 +439,43 @@ class _GraphBuilder:
             self.report.unquantized.append((node.name, self._describe(node), reason))
         else:
             rule = self._rule(node, module)
-            if rule is None:
-                why = "no quantization rule for this op"
-                if node.target is functionalize.index_assign:
-                    why = "an indexed write (x[i] = v) has no quantized form yet"
-                self._unsupported(node, why)
+            if node.target is functionalize.index_assign:
+                self._index_write(node, args, inputs)
+            elif rule is None:
+                self._unsupported(node, "no quantization rule for this op")
                 self._copy(node, args, kwargs, QUANT)  # keep checking what follows
             elif module is not None:
                 self._module_call(node, rule, module, args, kwargs)
             else:
                 self._function_call(node, rule, args, kwargs)
+
+    def _index_write(self, node: fx.Node, args, inputs) -> None:
+        """``canvas[:, idx] = feats`` into a zero canvas (PointPillars' scatter):
+        the written values keep their grid, zeros are on every grid, so it passes
+        the values' scale through (``selection.index_copy``, one index tensor)."""
+        canvas, key, value = args
+        dim, why = _one_index(key)
+        if why is None and not self._is_zero_canvas(node.args[0]):
+            why = "it writes into a tensor that is not a zero canvas (torch.zeros)"
+        if why is None and self.state.get(value) != QUANT:
+            why = "the written value is not quantized"
+        if why is not None:
+            self._unsupported(node, f"an indexed write (x[i] = v): {why}")
+            self._copy(node, args, {}, QUANT)  # keep checking what follows
+            return
+        new = self.graph.call_function(
+            selection.index_copy, (canvas, dim, key[dim], value)
+        )
+        self._passthrough(node, new, inputs)
+
+    def _is_zero_canvas(self, node) -> bool:
+        """A tensor of zeros made in forward (traced as a constant or a value)."""
+        if not isinstance(node, fx.Node):
+            return False
+        value = node.meta.get(functionalize.FROM_SIZES_META)
+        if node.op == "get_attr":
+            value = operator.attrgetter(node.target)(self.gm)
+        return isinstance(value, torch.Tensor) and not bool(value.any())
 
     def _rule(self, node: fx.Node, module) -> op_rules.OpRule | None:
         if node.op == "call_module":

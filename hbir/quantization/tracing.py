@@ -225,7 +225,8 @@ class ConcreteTracer(HbirTracer):
                     and all(functionalize.FROM_SIZES_META in n.meta for n in tensors)
                 )
             ):
-                node.meta[functionalize.FROM_SIZES_META] = value
+                # as made (an in-place write while tracing must not change it)
+                node.meta[functionalize.FROM_SIZES_META] = value.clone()
         return proxy
 
     def _factory(self, original):

@@ -269,7 +269,8 @@ def test_remove_io_op_on_the_zoo(name, tmp_path, capsys):
     edited = quantized.clone()
     removed = edited[0].remove_io_op(op_types=["Quantize", "Dequantize"])
     assert set(removed) == expected
-    assert len(expected) == len(func.inputs) + len(func.outputs)
+    floats = [a for a in (*func.inputs, *func.outputs) if a.dtype.kind == "f"]
+    assert len(expected) == len(floats)  # (int64 indices have no quantize)
     assert "successfully" in capsys.readouterr().out
     stats = edited[0].statistics()
     assert stats.get("qnt.quantize", 0) == func.statistics().get(
@@ -280,6 +281,9 @@ def test_remove_io_op_on_the_zoo(name, tmp_path, capsys):
     }
     got = edited[0].feed(codes)
     for out in edited[0].outputs:
+        if out.quant_info is None:  # indices, as they were
+            np.testing.assert_array_equal(got[out.name], want[out.name])
+            continue
         assert out.dtype in (np.int8, np.int16)
         np.testing.assert_array_equal(
             out.quant_info.dequantize(got[out.name]), want[out.name]

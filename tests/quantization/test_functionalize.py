@@ -113,7 +113,20 @@ def test_a_constant_canvas_is_never_written(tmp_path):
         torch.testing.assert_close(after[k], before[k], rtol=0, atol=0)
 
 
-def test_a_quantized_indexed_write_is_a_located_unsupported_op(tmp_path):
+@pytest.mark.parametrize(
+    "canvas, why",
+    [
+        ("ones", "not a zero canvas"),
+        ("two_indices", "one index tensor among full slices"),
+    ],
+)
+def test_a_quantized_indexed_write_it_cannot_keep_exact_is_located(
+    canvas, why, tmp_path
+):
+    """A write into zeros at one index tensor is PointPillars' scatter (to
+    model.hbm: tests/hbm/test_index_ops.py); into ones, or at two index tensors,
+    the written values would not keep their grid: refused with the line."""
+
     class QuantizedCanvas(nn.Module):
         def __init__(self):
             super().__init__()
@@ -121,12 +134,19 @@ def test_a_quantized_indexed_write_is_a_located_unsupported_op(tmp_path):
             self.register_buffer("idx", torch.tensor([0, 5, 9, 14]))
 
         def forward(self, x):
-            canvas = torch.zeros(3, 16)
-            canvas[:, self.idx] = self.fc(x).t()
-            return canvas
+            if canvas == "ones":
+                c = torch.ones(3, 16)
+                c[:, self.idx] = self.fc(x).t()
+            else:
+                c = torch.zeros(16, 16)
+                c[self.idx, self.idx] = self.fc(x)[:, 0]
+            return c
 
-    with pytest.raises(UnsupportedOpError, match=r"test_functionalize.py:\d+: +canvas"):
+    with pytest.raises(
+        UnsupportedOpError, match=r"test_functionalize.py:\d+: +c\["
+    ) as e:
         prepare(QuantizedCanvas().eval(), (torch.randn(4, 4),), out_dir=tmp_path)
+    assert why in str(e.value)
 
 
 class CountsCalls(nn.Module):

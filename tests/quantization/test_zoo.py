@@ -82,6 +82,7 @@ EXPECTED_MODULES = {
         qat.QuantSub,
         qat.QuantCat,
     },
+    "sparse_bev": {qat.Conv2d},  # selection and the scatter pass the grid through
     "const_tables": {
         qat.Conv2d,
         qat.Abs,
@@ -104,6 +105,9 @@ def _output_fake_quants(qat_model):
     output = next(n for n in qat_model.graph.nodes if n.op == "output")
     result = []
     for dequant in _as_tuple(output.args[0]):
+        if dequant.op != "call_module":  # int64 indices: no fake quant
+            result.append(None)
+            continue
         node = dequant.args[0]
         while node.op != "call_module":
             node = node.all_input_nodes[0]
@@ -115,7 +119,8 @@ def _output_fake_quants(qat_model):
 # with the float model's, pinned just below what is measured (the lowest output of
 # each model, December 2026: resnet 0.99991, mobilenet 0.999993, transformer
 # 0.99986, posenc 0.99862, multi_io 0.99163, fpn_head 0.9956, const_tables
-# 0.9997); a regression in quantization shows.
+# 0.9997, sparse_bev 0.9852: a near tie of scores picks another location than the
+# float model); a regression in quantization shows.
 MIN_COSINE = {
     "resnet": 0.9999,
     "mobilenet": 0.9999,
@@ -124,6 +129,7 @@ MIN_COSINE = {
     "multi_io": 0.991,
     "fpn_head": 0.995,
     "const_tables": 0.9996,
+    "sparse_bev": 0.984,
 }
 
 
@@ -171,7 +177,8 @@ def test_zoo_model_full_workflow(name, tmp_path):
     optimizer = torch.optim.SGD(qat_model.parameters(), lr=0.01)
     before = [p.detach().clone() for p in qat_model.parameters()]
     for batch in zoo.batches(name, 2, seed=7):
-        loss = sum(o.square().mean() for o in _as_tuple(qat_model(*batch)))
+        outputs = _as_tuple(qat_model(*batch))
+        loss = sum(o.square().mean() for o in outputs if o.is_floating_point())
         optimizer.zero_grad()
         loss.backward()
         grads = [p.grad for p in qat_model.parameters() if p.grad is not None]
@@ -191,6 +198,8 @@ def test_zoo_model_full_workflow(name, tmp_path):
     for out, fq, want in zip(
         outputs, _output_fake_quants(qat_model), reference, strict=True
     ):
+        if fq is None:  # indices: compared stage by stage (tests/test_contract.py)
+            continue
         assert torch.isfinite(out).all()
         assert torch.equal(
             torch.round(out / fq.scale) * fq.scale, out

@@ -194,6 +194,12 @@ BASE = {
         [_t("si16", 3, 4)],
         {"dim": i64_attr(0)},
     ),
+    "index_copy": (
+        npu.IndexCopyOp,
+        [_t("si8", 3, 16), _t("i64", 4), _t("si8", 3, 4)],
+        [_t("si8", 3, 16)],
+        {"dim": i64_attr(1)},
+    ),
     "dma_load": (npu.DmaLoadOp, [_t("si8", 2, 8)], [_t("si8", 2, 8)], {}),
     "dma_store": (npu.DmaStoreOp, [_t("si16", 2, 8)], [_t("si16", 2, 8)], {}),
 }
