@@ -110,14 +110,19 @@ class NpuModel:
         return "cpu"
 
 
-_UNITS = (
-    ("tae", ("npu.conv", "npu.conv_transpose", "npu.gemm")),
-    ("aae", ("npu.pool", "npu.resize")),
-    ("vae", ("npu.eltwise", "npu.rescale", "npu.lut", "npu.reduce", "npu.cast")),
-    ("dte", ("npu.transpose", "npu.concat", "npu.slice", "npu.reshape")),
-    ("dma", ("npu.dma_load", "npu.dma_store")),
-    ("cpu", ("npu.cpu_call",)),
-)
+def _units() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """unit -> npu ops, from each opcode's spec (``runtime/hbm_opcodes.py``: the
+    one place an instruction's unit is stated); views are the DTE's."""
+    from hbir.runtime.hbm_opcodes import OPCODES
+
+    by_unit: dict[str, list[str]] = {}
+    for opcode in OPCODES:
+        unit = "dte" if opcode.unit == "view" else opcode.unit
+        by_unit.setdefault(unit, []).append(f"npu.{opcode.name}")
+    return tuple((unit, tuple(ops)) for unit, ops in by_unit.items())
+
+
+_UNITS = _units()
 
 NPUS: dict[str, NpuModel] = {
     March.nash_e.value: NpuModel(

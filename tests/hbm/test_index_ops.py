@@ -170,14 +170,14 @@ def _stages(model, inputs, tmp_path):
         ):
             result = f.feed(feed, **({"reference": True} if name != "hbm" else {}))
             got[name].append(list(result.values()))
-    return got, quantized
+    return got, quantized, hbm
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_selection_and_indices_are_bit_identical_at_every_stage(name, tmp_path):
     make, inputs_of = CASES[name]
     torch.manual_seed(0)
-    got, quantized = _stages(make(), inputs_of(3), tmp_path)
+    got, quantized, hbm = _stages(make(), inputs_of(3), tmp_path)
     stages = list(got)
     for before, after in zip(stages, stages[1:], strict=False):
         for a_outputs, b_outputs in zip(got[before], got[after], strict=True):
@@ -187,6 +187,13 @@ def test_selection_and_indices_are_bit_identical_at_every_stage(name, tmp_path):
     program = lower_to_npu(quantized).module
     islands = {op.reason.data for op in program.walk() if isinstance(op, npu.CpuCallOp)}
     assert islands <= {"quantize", "dequantize"}, islands  # selection on the NPU
+    on_cpu = {  # the instructions model.hbm runs on the CPU
+        debug.op
+        for code in hbm.program.functions
+        for instruction, debug in zip(code.instructions, code.debug, strict=True)
+        if instruction.unit == "cpu"
+    }
+    assert on_cpu <= {"qnt.quantize", "qnt.dequantize"}, on_cpu
 
 
 class Ties(nn.Module):
@@ -202,7 +209,7 @@ def test_equal_values_are_ranked_by_index_in_every_stage(tmp_path):
     x = torch.tensor([[0.5, 1.0, 1.0, -0.0, 1.0, 0.25, 0.0, 1.0]] * 2)
     x[1] = x[1].flip(0)
     inputs = [x, x * -1.0, x.roll(3, 1)]
-    got, _ = _stages(Ties(), inputs, tmp_path)
+    got, _, _ = _stages(Ties(), inputs, tmp_path)
     for x, hbm_outputs in zip(inputs, got["hbm"], strict=True):
         values, indices, argmax, order = hbm_outputs
         codes = x.numpy()  # values on the int8 grid of 1/127 steps keep their order

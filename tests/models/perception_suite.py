@@ -351,6 +351,35 @@ class GruTracker(nn.Module):
         return self.head(h[-1])
 
 
+class CenterNetDecode(nn.Module):
+    """CenterNet's head with its decoding in the model, as deployments export it:
+    class heatmaps, size and offset maps on a stride-4 backbone; the top-k peaks
+    over every class and location (``topk``), the class and location of each
+    (``argmax``-free: the flat index over classes x locations), the size and offset
+    read at the locations (``gather``)."""
+
+    def __init__(self, classes: int = 3, k: int = 10):
+        super().__init__()
+        self.backbone = Backbone()
+        self.heat = nn.Sequential(_conv_bn(32, 32), nn.Conv2d(32, classes, 1))
+        self.wh = nn.Conv2d(32, 2, 3, padding=1)
+        self.offset = nn.Conv2d(32, 2, 3, padding=1)
+        self.k = k
+
+    def forward(self, x):
+        _, c4, _ = self.backbone(x)
+        heat = self.heat(c4).sigmoid()
+        n, classes, h, w = heat.shape
+        scores, where = heat.flatten(2).amax(1).topk(self.k, dim=1)  # N, K
+        at = where.unsqueeze(1).expand(-1, 2, -1)
+        wh = self.wh(c4).flatten(2).gather(2, at)  # N, 2, K
+        offset = self.offset(c4).flatten(2).gather(2, at)
+        classes_at = heat.flatten(2).gather(
+            2, where.unsqueeze(1).expand(-1, classes, -1)
+        )
+        return torch.cat([scores.unsqueeze(1), wh, offset, classes_at], 1).flatten(1)
+
+
 class GptBlock(nn.Module):
     """A GPT-style decoder block as minGPT writes it: pre-LayerNorm, one qkv
     linear split in three, causal ``scaled_dot_product_attention``, a tanh-GELU
@@ -397,6 +426,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "crnn": (Crnn, (3, 32, 32), "bidirectional 2-layer LSTM over the width"),
     "gpt_block": (GptBlock, (8, 32), "causal SDPA, decoder layer with tgt_mask"),
     "gru_tracker": (GruTracker, (6, 24), "GRU from a zero state, its last state"),
+    "centernet_decode": (CenterNetDecode, (3, 64, 64), "top-k peaks, gather"),
 }
 
 

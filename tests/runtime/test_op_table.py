@@ -593,3 +593,19 @@ def _march_reasons(quantized) -> set[str]:
         for op in f.op.walk()
         if ATTR_CPU_REASON in op.attributes
     }
+
+
+def test_every_npu_instruction_runs_on_its_opcode_s_unit():
+    """The schedule's and the simulator's unit of each npu op is its opcode's
+    (views on the DTE): an op missing there would be timed, and counted, as CPU."""
+    from hbir.passes.march import get_npu
+    from hbir.runtime.hbm_opcodes import BY_NAME
+
+    for march in ("nash-e", "nash-m"):
+        model = get_npu(march)
+        for cls in npu.NPU.operations:
+            if not issubclass(cls, npu.OpcodeOp):
+                continue
+            spec = BY_NAME[cls.name.removeprefix("npu.")]
+            want = "dte" if spec.unit == "view" else spec.unit
+            assert model.unit_of(cls.name) == want, (march, cls.name)
