@@ -1618,6 +1618,87 @@ class Resize2dOp(IRDLOperation):
                 )
 
 
+@irdl_op_definition
+class GridSampleOp(IRDLOperation):
+    """``F.grid_sample`` of an NCHW input at an N x Ho x Wo x 2 grid of normalised
+    (x, y) coordinates, with the NPU's bilinear weights (units of 2**-7) or the
+    nearest neighbour, ``zeros`` or ``border`` padding (``numerics.grid_taps``,
+    ``numerics.grid_sample_sum``). Float: the sampled values. Integer (after
+    convert): si8 / si16 input and grid codes, ``grid_scale`` the grid's scale, the
+    exact si32 weighted sums in units of 2**-14.
+
+    ``%y = hbir.grid_sample %x, %g {mode = "bilinear", padding_mode = "zeros",
+    align_corners = false} : (tensor<1x4x8x8xf32>, tensor<1x5x6x2xf32>) ->
+    tensor<1x4x5x6xf32>``
+    """
+
+    name = "hbir.grid_sample"
+
+    input = operand_def(AnyTensorTypeConstr)
+    grid = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    mode = prop_def(StringAttr, default_value=StringAttr("bilinear"))
+    padding_mode = prop_def(StringAttr, default_value=StringAttr("zeros"))
+    align_corners = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    grid_scale = opt_prop_def(FloatAttr)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $grid attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(
+        self,
+        input: Value,
+        grid: Value,
+        mode: str = "bilinear",
+        padding_mode: str = "zeros",
+        align_corners: bool = False,
+        grid_scale: float | None = None,
+        element_type: Attribute | None = None,
+    ):
+        shape = shapes.grid_sample(shape_of(input), shape_of(grid))
+        super().__init__(
+            operands=[input, grid],
+            result_types=[with_shape(input, shape, element_type)],
+            properties={
+                "mode": StringAttr(mode),
+                "padding_mode": StringAttr(padding_mode),
+                "align_corners": BoolAttr.from_bool(align_corners),
+                "grid_scale": None if grid_scale is None else f64_attr(grid_scale),
+            },
+        )
+
+    def verify_(self) -> None:
+        from hbir.runtime.numerics import GRID_SAMPLE_MODES, GRID_SAMPLE_PADDINGS
+
+        if self.mode.data not in GRID_SAMPLE_MODES:
+            raise VerifyException(
+                f"mode must be one of {GRID_SAMPLE_MODES}, got {self.mode.data!r}"
+            )
+        if self.padding_mode.data not in GRID_SAMPLE_PADDINGS:
+            raise VerifyException(
+                f"padding_mode must be one of {GRID_SAMPLE_PADDINGS}, "
+                f"got {self.padding_mode.data!r}"
+            )
+        _expect_shape(
+            self, shapes.grid_sample, shape_of(self.input), shape_of(self.grid)
+        )
+        if is_float(self.input.type):
+            _same_element_types(self, self.input, self.grid, self.output)
+            if self.grid_scale is not None:
+                raise VerifyException("grid_scale is for integer grid codes")
+            return
+        for value, what in ((self.input, "input"), (self.grid, "grid")):
+            if tensor_type(value).element_type not in (si(8), si(16)):
+                raise VerifyException(f"integer {what} must be si8 or si16")
+        if tensor_type(self.output).element_type != si(32):
+            raise VerifyException("integer weighted sums are si32")
+        if self.grid_scale is None or not self.grid_scale.value.data > 0:
+            raise VerifyException("integer grid codes need a positive grid_scale")
+
+
 # ------------------------------------------------------------------ data movement
 
 
@@ -2338,6 +2419,7 @@ HBIR = Dialect(
         AvgPool2dOp,
         GlobalAvgPool2dOp,
         Resize2dOp,
+        GridSampleOp,
         ConcatOp,
         SliceOp,
         SplitOp,

@@ -44,6 +44,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
     Float64Type,
+    FloatAttr,
     IntegerAttr,
     IntegerType,
     ModuleOp,
@@ -646,6 +647,45 @@ class ResizeOp(MapOp):
         }
 
 
+@irdl_op_definition
+class GridSampleOp(OpcodeOp):
+    """``F.grid_sample`` on NHWC codes (AAE) at a grid of codes (N x Ho x Wo x 2,
+    normalised (x, y) in units of ``grid_scale``): the exact int32 sums of the NPU's
+    bilinear weights (``numerics.grid_sample_sum``, units of 2**-14).
+
+    ``%y = npu.grid_sample %x, %g {mode = "bilinear", padding_mode = "zeros",
+    align_corners = false, grid_scale = 7.8e-03 : f64} : (tensor<1x8x8x4xsi8>,
+    tensor<1x5x6x2xsi8>) -> tensor<1x5x6x4xsi32>``
+    """
+
+    name = "npu.grid_sample"
+
+    input = operand_def(AnyTensorTypeConstr)
+    grid = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    mode = prop_def(StringAttr)
+    padding_mode = prop_def(StringAttr)
+    align_corners = prop_def(BoolAttr)
+    grid_scale = prop_def(FloatAttr)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $grid attr-dict `:` functional-type(operands, results)"
+    )
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        from hbir.runtime.numerics import BILINEAR_BITS
+
+        return "grid_sample", {
+            "mode": self.mode.data,
+            "padding_mode": self.padding_mode.data,
+            "align_corners": bool(self.align_corners.value.data),
+            "grid_scale": float(self.grid_scale.value.data),
+            "weight_bits": BILINEAR_BITS,
+        }
+
+
 # ------------------------------------------------------------------ DTE / views
 
 
@@ -983,6 +1023,7 @@ NPU = Dialect(
         ReduceOp,
         PoolOp,
         ResizeOp,
+        GridSampleOp,
         TransposeOp,
         ReshapeOp,
         ConcatOp,

@@ -283,6 +283,15 @@ def resize2d(x: Shape, size: Sequence[int]) -> Shape:
     return (x[0], x[1], *size)
 
 
+def grid_sample(x: Shape, grid: Shape) -> Shape:
+    """``F.grid_sample`` of an N, C, H, W input at an N, Ho, Wo, 2 grid."""
+    _check_rank("input", x, 4)
+    _check_rank("grid", grid, 4)
+    if grid[0] != x[0] or grid[3] != 2:
+        raise ShapeError(f"grid {list(grid)} does not fit input {list(x)}")
+    return (x[0], x[1], grid[1], grid[2])
+
+
 def topk(x: Shape, k: int, dim: int) -> Shape:
     d = normalize_dim(dim, len(x))
     if not 0 <= k <= x[d]:

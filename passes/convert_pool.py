@@ -101,6 +101,21 @@ class LowerPool(RewritePattern):
                 return
             new, acc, real = self._avg_pool(op, codes, fine_bits, s_in, rounding)
             real = real * consumer.inv_scale
+        elif isinstance(op, hbir.GridSampleOp):
+            grid = fp.codes_of(op.grid)
+            if grid is None or not grid.per_tensor or grid.bits not in (8, 16):
+                return
+            sample = hbir.GridSampleOp(
+                codes.codes,
+                grid.codes,
+                op.mode.data,
+                op.padding_mode.data,
+                bool(op.align_corners.value.data),
+                float(grid.scales[0]),
+                si(32),
+            )
+            new, acc = [sample], sample.output
+            real = s_in * 2.0 ** (-2 * numerics.BILINEAR_BITS) * consumer.inv_scale
         elif npu_resize:
             out = hbir.with_shape(op.results[0], shape_of(op.results[0]), si(32))
             resize = hbir.Resize2dOp(

@@ -341,6 +341,21 @@ def _arg_extreme(largest: bool) -> Rule:
     return rule
 
 
+def _grid_sample(op: hbir.GridSampleOp):
+    """The input to NHWC (the grid is N x Ho x Wo x 2 already), the result back."""
+    tx = transpose(op.input, NHWC)
+    core = npu.GridSampleOp.create(
+        operands=[tx.output, op.grid],
+        result_types=[_nhwc_type(op.output.type)],
+        properties={
+            k: op.properties[k]
+            for k in ("mode", "padding_mode", "align_corners", "grid_scale")
+        },
+    )
+    back = transpose(core.output, NCHW)
+    return [tx, core, back], [back.output]
+
+
 def _copy_as(cls, names: tuple[str, ...]) -> Rule:
     def rule(op: Operation):
         props = {k: v for k, v in op.properties.items() if k in names}
@@ -470,6 +485,7 @@ RULES: dict[type[Operation], Rule] = {
     hbir.MaxPool2dOp: _pool("max"),
     hbir.AvgPool2dOp: _pool("avg"),
     hbir.Resize2dOp: _resize,
+    hbir.GridSampleOp: _grid_sample,
     hbir.ConcatOp: _copy_as(npu.ConcatOp, ("dim",)),
     hbir.SliceOp: _copy_as(npu.SliceOp, ("begin", "end", "step")),
     hbir.ReshapeOp: _copy_as(npu.ReshapeOp, ()),

@@ -426,6 +426,25 @@ def _check_resize(ins, code):
     _need(len(f["scale"]) in (0, 2), "scale: 0 or 2 values")
 
 
+def _check_grid_sample(ins, code):
+    (x, grid), (y,) = _ops(ins, code)
+    f = ins.fields
+    n, h, w, c = _rank(x, 4, "input")
+    _rank(grid, 4, "grid")
+    _need(_signed(x, "input") <= 16 and _signed(grid, "grid") <= 16, "16-bit codes")
+    _need(grid.shape[0] == n and grid.shape[3] == 2, f"grid {list(grid.shape)}")
+    want = (n, grid.shape[1], grid.shape[2], c)
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _need(y.dtype == "int32", f"the weighted sums are int32, got {y.dtype}")
+    _need(f["mode"] in numerics.GRID_SAMPLE_MODES, f"mode {f['mode']!r}")
+    _need(f["padding_mode"] in numerics.GRID_SAMPLE_PADDINGS, "padding_mode")
+    _need(f["grid_scale"] > 0, f"grid_scale {f['grid_scale']} must be positive")
+    _need(
+        f["weight_bits"] == numerics.BILINEAR_BITS,
+        f"weight_bits must be {numerics.BILINEAR_BITS}, got {f['weight_bits']}",
+    )
+
+
 def _check_transpose(ins, code):
     (x,), (y,) = _ops(ins, code)
     perm = ins.fields["perm"]
@@ -712,6 +731,22 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode(20, "gather", 2, 1, "dte", (("dim", "i64"),), _check_gather),
     Opcode(21, "index_select", 2, 1, "dte", (("dim", "i64"),), _check_index_select),
     Opcode(22, "index_copy", 3, 1, "dte", (("dim", "i64"),), _check_index_copy),
+    # NHWC input, N x Ho x Wo x 2 grid codes; the exact int32 weighted sums
+    Opcode(
+        23,
+        "grid_sample",
+        2,
+        1,
+        "aae",
+        (
+            ("mode", "str"),
+            ("padding_mode", "str"),
+            ("align_corners", "bool"),
+            ("grid_scale", "f64"),
+            ("weight_bits", "i64"),
+        ),
+        _check_grid_sample,
+    ),
 )
 
 BY_NUMBER = {op.number: op for op in OPCODES}

@@ -628,6 +628,24 @@ def _npu_bilinear(
     return _int_out(op, y)
 
 
+def _grid_sample(
+    op: hbir.GridSampleOp, x, grid, rounding: str = numerics.HALF_EVEN
+) -> tuple[np.ndarray, ...]:
+    """The NPU's weights (``numerics.grid_sample_sum``); marked ``qnt.exact``: the
+    integer pipeline's numbers; integer: the si32 sums from the grid's codes."""
+    how = (bool(op.align_corners.value.data), op.padding_mode.data, op.mode.data)
+    if _is_float(x) and qnt.EXACT in op.attributes:
+        y = numerics.fixed_point_grid_sample(exact_grids(op), x, grid, *how, rounding)
+        return (y.astype(numpy_dtype(_element(op.output))),)
+    if _is_float(x):
+        y = numerics.grid_sample_sum(
+            x.astype(np.float64), grid.astype(np.float64), *how
+        )
+        return (_float_out(op, y),)
+    g = grid.astype(np.float64) * np.float64(np.float32(op.grid_scale.value.data))
+    return (_int_out(op, numerics.grid_sample_sum(x.astype(np.int64), g, *how)),)
+
+
 # ------------------------------------------------------------------ data movement
 
 
@@ -875,6 +893,7 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.AvgPool2dOp: _avg_pool2d,
     hbir.GlobalAvgPool2dOp: _global_avg_pool2d,
     hbir.Resize2dOp: _resize2d,
+    hbir.GridSampleOp: _grid_sample,
     hbir.ConcatOp: _concat,
     hbir.SliceOp: _slice,
     hbir.SplitOp: _split,

@@ -320,6 +320,14 @@ def resize(f: Fields, out: Out, x) -> np.ndarray:
     return np.ascontiguousarray(np.transpose(y, _NHWC)).astype(out[1])
 
 
+def grid_sample(f: Fields, out: Out, x, grid) -> np.ndarray:
+    xt = np.transpose(x, _NCHW).astype(np.int64)
+    g = grid.astype(np.float64) * np.float64(np.float32(f["grid_scale"]))
+    how = (f["align_corners"], f["padding_mode"], f["mode"])
+    y = integer_ops.saturate(numerics.grid_sample_sum(xt, g, *how), 32)
+    return np.ascontiguousarray(np.transpose(y, _NHWC)).astype(out[1])
+
+
 # ------------------------------------------------------------------ data movement
 
 
@@ -387,6 +395,7 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "lut_segmented": lut_segmented,
     "pool": pool,
     "resize": resize,
+    "grid_sample": grid_sample,
     "transpose": transpose,
     "reshape": reshape,
     "slice": slice_,

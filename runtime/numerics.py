@@ -1012,6 +1012,94 @@ def fixed_point_resize(
     return dequantize(out, grids.out_scale, 0)
 
 
+# ----------------------------------------------------------------- grid sample
+#
+# ``F.grid_sample`` with the NPU's bilinear weights: each output point's source
+# coordinate is torch's unnormalisation of the grid value g (``((g + 1) * size -
+# 1) / 2``, or ``(g + 1) / 2 * (size - 1)`` with ``align_corners``; clamped into
+# the image with ``border`` padding), computed in float64 from the exact value
+# ``g = q * s`` (16-bit codes, a float32 scale: every step is exact), its fraction
+# rounded half to even to 2**-BILINEAR_BITS. The four neighbours' weights are
+# products of those, so the sum is exact as for the resize; a neighbour outside
+# the image counts 0 (``zeros`` padding). ``nearest`` takes the neighbour at the
+# coordinate rounded half to even (torch's ``nearbyint``) with the full weight.
+GRID_SAMPLE_MODES = ("bilinear", "nearest")
+GRID_SAMPLE_PADDINGS = ("zeros", "border")
+
+
+def grid_taps(
+    g: np.ndarray, size: int, align_corners: bool, padding: str, mode: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(low index, high weight in 2**-BILINEAR_BITS) of the source coordinate of
+    each normalised grid value ``g`` (float64, exact) along a dim of ``size``."""
+    g = np.asarray(g, np.float64)
+    if align_corners:
+        src = (g + 1.0) / 2.0 * (size - 1)
+    else:
+        src = ((g + 1.0) * size - 1.0) / 2.0
+    if padding == "border":
+        src = np.clip(src, 0.0, size - 1)
+    one = 1 << BILINEAR_BITS
+    if mode == "nearest":
+        return round_float(src).astype(np.int64), np.zeros(src.shape, np.int64)
+    low = np.floor(src)
+    weight = round_float((src - low) * one).astype(np.int64)
+    return low.astype(np.int64), weight
+
+
+def grid_sample_sum(
+    x: np.ndarray,
+    grid: np.ndarray,
+    align_corners: bool,
+    padding: str = "zeros",
+    mode: str = "bilinear",
+) -> np.ndarray:
+    """``sum(wy * wx * x)`` over each output point's four neighbours (``x``:
+    N, C, H, W; ``grid``: N, Ho, Wo, 2 normalised (x, y) values, exact float64):
+    int64 codes give the exact sum in units of 2**-(2 * BILINEAR_BITS), float64
+    values the sampled value itself. Result N, C, Ho, Wo."""
+    n, c, h, w = x.shape
+    one = 1 << BILINEAR_BITS
+    x0, wx = grid_taps(grid[..., 0], w, align_corners, padding, mode)
+    y0, wy = grid_taps(grid[..., 1], h, align_corners, padding, mode)
+    batch = np.arange(n).reshape(n, 1, 1)
+    integer = np.issubdtype(x.dtype, np.integer)
+    total = np.zeros((n, *grid.shape[1:3], c), np.int64 if integer else np.float64)
+    for dy, fy in ((0, one - wy), (1, wy)):
+        for dx, fx in ((0, one - wx), (1, wx)):
+            yy, xx = y0 + dy, x0 + dx
+            inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+            weight = np.where(inside, fy * fx, 0)
+            picked = x[batch, :, yy.clip(0, h - 1), xx.clip(0, w - 1)]  # N,Ho,Wo,C
+            total += weight[..., None] * picked
+    total = np.moveaxis(total, -1, 1)
+    return total if integer else total / (one * one)  # exact: a power of two
+
+
+def fixed_point_grid_sample(
+    grids: Grids,
+    x: np.ndarray,
+    grid: np.ndarray,
+    align_corners: bool,
+    padding: str,
+    mode: str,
+    rounding: str = HALF_EVEN,
+) -> np.ndarray:
+    """What the integer pipeline computes for a quantized grid sample, as float32
+    values ``q * s_out``: the grid's codes to exact coordinates, the exact
+    weighted sum of the input's codes (``grid_sample_sum``), one requantization
+    by ``s_in * 2**-(2 * BILINEAR_BITS) * fl32(1 / s_out)``."""
+    s_in, s_grid = grids.in_scales[0], grids.in_scales[1]
+    q = codes_on_grid(x, s_in, grids.in_bits[0]).astype(np.int64)
+    g = codes_on_grid(grid, s_grid, grids.in_bits[1]).astype(np.float64)
+    g = g * np.float64(np.float32(s_grid))
+    acc = saturate(grid_sample_sum(q, g, align_corners, padding, mode), 32)
+    real = np.float64(np.float32(s_in)) * 2.0 ** (-2 * BILINEAR_BITS)
+    m, shift = requantize_multipliers(real * inv_scale(grids.out_scale))
+    out = requantize(acc, m, shift, 0, *qrange(grids.out_bits), mode=rounding)
+    return dequantize(out, grids.out_scale, 0)
+
+
 # ----------------------------------------------------------------- colour (BT.601)
 #
 # Planes are integer arrays in [0, 255]; Cb/Cr (U/V) are stored offset by 128.

@@ -473,6 +473,9 @@ OPS: tuple[OpEntry, ...] = (
     # bilinear makes values off the input grid: its own output fake quantization,
     # the NPU's integer weights (``weight_bits``), lowered by convert-pool
     OpEntry("resize", "hbir.resize2d", MOVE, ("F.interpolate",)),
+    # the NPU's bilinear weights at coordinates read from the grid's codes: its own
+    # output fake quantization, the exact si32 sums requantized (convert-pool)
+    OpEntry("grid_sample", "hbir.grid_sample", POOL, ("F.grid_sample",)),
     OpEntry(
         "cast",
         "hbir.cast",

@@ -457,6 +457,7 @@ MODULE_IMPORTERS: dict[type, Builder] = {
     qat.Clamp: _unary_module(_clamp_op),
     qat.Abs: _unary_module(lambda m, x: hb.AbsOp(x)),
     qat.Resize: lambda ex, node: _resize_module(ex, node),
+    qat.GridSample: lambda ex, node: _grid_sample_module(ex, node),
     qat.ConstantPad: lambda ex, node: _constant_pad_module(ex, node),
     nn.ReLU: _float_unary(hb.ReluOp),
     nn.ReLU6: _unary_module(lambda m, x: hb.ClipOp(x, 0.0, 6.0)),
@@ -1033,6 +1034,19 @@ def _resize_module(ex: Exporter, node: fx.Node):
         scales,
         weight_bits=numerics.BILINEAR_BITS,
     )
+    return _output(ex, mod, ex.emit(_exact_if(mod, y)), dtype)
+
+
+def _grid_sample_module(ex: Exporter, node: fx.Node):
+    """Marked ``qnt.exact`` on the float32 operands when the module computes the
+    integer pipeline's numbers, else in float64 on the exact values, as the
+    module computes it."""
+    mod = _module(ex, node)
+    x, grid = _inputs(ex, mod, [ex.tensor(node.args[0]), ex.tensor(node.args[1])])
+    dtype = ex.dtype(x)
+    if mod.fixed_point_grids() is None:
+        x, grid = _exact_values(ex, mod, [x, grid])
+    y = hb.GridSampleOp(x, grid, mod.mode, mod.padding_mode, mod.align_corners)
     return _output(ex, mod, ex.emit(_exact_if(mod, y)), dtype)
 
 

@@ -215,6 +215,18 @@ def _resize(
     return module, (input,)
 
 
+def _grid_sample(
+    q, input, grid, mode="bilinear", padding_mode="zeros", align_corners=None
+):
+    require(mode in numerics.GRID_SAMPLE_MODES, f"mode={mode!r} (bilinear, nearest)")
+    require(
+        padding_mode in numerics.GRID_SAMPLE_PADDINGS,
+        f"padding_mode={padding_mode!r} (zeros, border)",
+    )
+    require(rank(input) == 4, "inputs that are not N x C x H x W")
+    return qat.GridSample(q(), mode, padding_mode, bool(align_corners)), (input, grid)
+
+
 def _has_node(value) -> bool:
     if isinstance(value, list | tuple):
         return any(_has_node(v) for v in value)
@@ -786,6 +798,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "group_norm": _group_norm,
     "normalize": _normalize,
     "resize": _resize,
+    "grid_sample": _grid_sample,
     "constant_pad": _constant_pad,
     "abs": _unary(qat.Abs),
     "embedding": _embedding,

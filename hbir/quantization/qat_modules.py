@@ -869,6 +869,57 @@ class Resize(QATModule):
         return f"mode={self.mode!r}, align_corners={self.align_corners}"
 
 
+class GridSample(QATModule):
+    """``F.grid_sample``: values off the input grid, so its own output fake quant.
+    It samples the input's exact values ``q * s`` at the coordinates of the grid's
+    exact values with the NPU's integer weights (``numerics.grid_sample_sum``, in
+    float64: exact); in VALIDATION it computes the integer pipeline's numbers
+    (``numerics.fixed_point_grid_sample``). The gradient is torch's
+    ``grid_sample``'s, for the input and the grid (learned offsets train)."""
+
+    op = "grid_sample"
+
+    def __init__(
+        self, qconfig: QConfig, mode: str, padding_mode: str, align_corners: bool
+    ) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.mode, self.padding_mode = mode, padding_mode
+        self.align_corners = bool(align_corners)
+
+    def fixed_point_grids(self) -> numerics.Grids | None:
+        return _grids(self, self.input_fake_quants()[:2])
+
+    def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        x, grid = self._quant_inputs(x, grid)
+        dtype = x.dtype
+        how = (self.align_corners, self.padding_mode, self.mode)
+        grids = self.fixed_point_grids()
+        if grids is not None:
+            y = numerics.fixed_point_grid_sample(
+                grids, _numpy(x), _numpy(grid), *how, get_round_mode()
+            )
+        else:
+            xs, gs = _exact_values([x, grid], self.input_fake_quants())
+            y = numerics.grid_sample_sum(
+                xs.detach().cpu().numpy(), gs.detach().cpu().numpy(), *how
+            ).astype(np.float32)
+        approx = F.grid_sample(
+            x,
+            grid,
+            mode=self.mode,
+            padding_mode=self.padding_mode,
+            align_corners=self.align_corners,
+        )
+        return self._output(_with_gradient(approx, y), dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"mode={self.mode!r}, padding_mode={self.padding_mode!r}, "
+            f"align_corners={self.align_corners}"
+        )
+
+
 def _interpolate_along(y: torch.Tensor, dim: int, taps) -> torch.Tensor:
     """``numerics.resize_bilinear`` along one dim, in torch (for gradients)."""
     low, high, weight = (torch.from_numpy(t) for t in taps)

@@ -200,6 +200,17 @@ BASE = {
         [_t("si8", 3, 16)],
         {"dim": i64_attr(1)},
     ),
+    "grid_sample": (
+        npu.GridSampleOp,
+        [_t("si8", 1, 8, 8, 4), _t("si16", 1, 5, 6, 2)],
+        [_t("si32", 1, 5, 6, 4)],
+        {
+            "mode": StringAttr("bilinear"),
+            "padding_mode": StringAttr("zeros"),
+            "align_corners": BoolAttr.from_bool(False),
+            "grid_scale": FloatAttr(2.0**-14, f64),
+        },
+    ),
     "dma_load": (npu.DmaLoadOp, [_t("si8", 2, 8)], [_t("si8", 2, 8)], {}),
     "dma_store": (npu.DmaStoreOp, [_t("si16", 2, 8)], [_t("si16", 2, 8)], {}),
 }

@@ -523,3 +523,36 @@ def test_an_avg_pool_window_with_no_32_bit_fine_grid_is_refused():
     assert numerics.avg_pool_fine_bits(8, 2**24) == 0
     assert numerics.avg_pool_fine_bits(8, 2**24 + 1) is None
     assert numerics.avg_pool_fine_bits(16, 2**16 + 1) is None
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_is_torch_s_with_the_npu_s_weights(align_corners, padding, mode):
+    """On float64 values ``grid_sample_sum`` is torch's grid_sample but for the
+    weights on the 2**-7 grid: nearest exactly, bilinear within half a weight step
+    of each of the four neighbours; on int64 codes it is the same sum times
+    2**14, exactly."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 5, 7, generator=g, dtype=torch.float64)
+    grid = torch.rand(2, 4, 6, 2, generator=g, dtype=torch.float64) * 2.6 - 1.3
+    want = F.grid_sample(
+        x, grid, mode=mode, padding_mode=padding, align_corners=align_corners
+    ).numpy()
+    got = numerics.grid_sample_sum(
+        x.numpy(), grid.numpy(), align_corners, padding, mode
+    )
+    if mode == "nearest":
+        np.testing.assert_array_equal(got, want)
+    else:
+        step = 0.5 / (1 << numerics.BILINEAR_BITS)
+        bound = 4 * step * float(x.abs().max())
+        assert 0 < float(np.abs(got - want).max()) <= bound
+    codes = np.round(x.numpy() * 64).astype(np.int64)
+    sums = numerics.grid_sample_sum(codes, grid.numpy(), align_corners, padding, mode)
+    values = numerics.grid_sample_sum(
+        codes / 64.0, grid.numpy(), align_corners, padding, mode
+    )
+    np.testing.assert_array_equal(sums, np.round(values * 64 * 2**14).astype(np.int64))

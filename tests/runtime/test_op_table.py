@@ -425,6 +425,11 @@ SAMPLES.update(
             lambda m, x: x.gather(0, x.topk(2, dim=0).indices),
             (4, 6),
         ),
+        "F.grid_sample": _x4(
+            lambda m, x: F.grid_sample(
+                x, torch.tanh(x[:, :2]).permute(0, 2, 3, 1) * 1.1, align_corners=True
+            )
+        ),
         "nn.Embedding": (lambda m, x: m.op(x.argmax(-1)), (2, 3, 8)),
         "F.embedding": (
             lambda m, x: F.embedding(x.argmin(-1), m.op.weight) * x[..., :5],

@@ -191,3 +191,19 @@ func.func @f(%x: tensor<8x4xsi8>, %i: tensor<2x2xi64>) -> tensor<4x4xsi8> {
   func.return %s : tensor<4x4xsi8>
 }
 // CHECK: invalid.mlir:190:3: error: 'hbir.index_select' op index must be 1-d, got 2 dims
+
+// -----
+
+func.func @f(%q: tensor<1x4x8x8xsi8>, %g: tensor<1x5x6x2xsi8>) -> tensor<1x4x5x6xsi32> {
+  %s = hbir.grid_sample %q, %g : (tensor<1x4x8x8xsi8>, tensor<1x5x6x2xsi8>) -> tensor<1x4x5x6xsi32>
+  func.return %s : tensor<1x4x5x6xsi32>
+}
+// CHECK: invalid.mlir:198:3: error: 'hbir.grid_sample' op integer grid codes need a positive grid_scale
+
+// -----
+
+func.func @f(%x: tensor<1x4x8x8xf32>, %g: tensor<1x5x6x3xf32>) -> tensor<1x4x5x6xf32> {
+  %s = hbir.grid_sample %x, %g {padding_mode = "reflection"} : (tensor<1x4x8x8xf32>, tensor<1x5x6x3xf32>) -> tensor<1x4x5x6xf32>
+  func.return %s : tensor<1x4x5x6xf32>
+}
+// CHECK: invalid.mlir:206:3: error: 'hbir.grid_sample' op padding_mode must be one of ('zeros', 'border'), got 'reflection'

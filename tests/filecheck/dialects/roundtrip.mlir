@@ -198,3 +198,16 @@ func.func @selection(%x: tensor<2x8xsi8>) -> tensor<3x8xsi8> {
   %e = hbir.index_select %s, %c {dim = 0 : i64} : (tensor<2x8xsi8>, tensor<3xi64>) -> tensor<3x8xsi8>
   func.return %e : tensor<3x8xsi8>
 }
+
+// grid_sample: float (the sampled values) and integer (codes, the grid's scale,
+// the exact si32 sums).
+// GENERIC-LABEL: "func.func"() <{sym_name = "grid_sample"
+// GENERIC: "hbir.grid_sample"(%q, %qg) <{grid_scale = 6.103515625e-05 : f64, mode = "bilinear", padding_mode = "zeros", align_corners = false}>
+// CHECK-LABEL: func.func @grid_sample(
+// CHECK-NEXT: %y = hbir.grid_sample %x, %g {mode = "nearest", padding_mode = "border", align_corners = true} : (tensor<1x4x8x8xf32>, tensor<1x5x6x2xf32>) -> tensor<1x4x5x6xf32>
+// CHECK-NEXT: %s = hbir.grid_sample %q, %qg {grid_scale = 6.103515625e-05 : f64} : (tensor<1x4x8x8xsi8>, tensor<1x5x6x2xsi16>) -> tensor<1x4x5x6xsi32>
+func.func @grid_sample(%x: tensor<1x4x8x8xf32>, %g: tensor<1x5x6x2xf32>, %q: tensor<1x4x8x8xsi8>, %qg: tensor<1x5x6x2xsi16>) -> tensor<1x4x5x6xsi32> {
+  %y = hbir.grid_sample %x, %g {mode = "nearest", padding_mode = "border", align_corners = true} : (tensor<1x4x8x8xf32>, tensor<1x5x6x2xf32>) -> tensor<1x4x5x6xf32>
+  %s = hbir.grid_sample %q, %qg {grid_scale = 6.103515625e-05 : f64} : (tensor<1x4x8x8xsi8>, tensor<1x5x6x2xsi16>) -> tensor<1x4x5x6xsi32>
+  func.return %s : tensor<1x4x5x6xsi32>
+}
