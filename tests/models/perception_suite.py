@@ -7,7 +7,9 @@ public code writes them (a YOLO neck with SPP and leaky ReLU, a CSP stage with M
 a pix2pix generator with reflection padding and instance norm, a DETR-style
 ``nn.Transformer`` with learned queries, a GPT-style block with causal attention,
 a CRNN with a bidirectional LSTM, a
-GRU over frame features, an LSS-style lift
+GRU over frame features, CenterNet's head decoded in the model (top-k peaks,
+the size and offset gathered at them), a BEV sampler and deformable sampling
+(``F.grid_sample`` at a camera projection and at predicted offsets), an LSS-style lift
 from camera features to a depth-binned volume, a Hugging Face style attention layer
 with ``softmax(dtype=torch.float32)`` and an ``erf`` GELU, a temporal transformer
 over frame features). Random weights, BatchNorm statistics re-estimated on random
@@ -380,6 +382,62 @@ class CenterNetDecode(nn.Module):
         return torch.cat([scores.unsqueeze(1), wh, offset, classes_at], 1).flatten(1)
 
 
+class BevSampler(nn.Module):
+    """Image features lifted to a BEV grid by sampling (BEVFormer / Simple-BEV
+    style): each BEV cell's projection into the image, a fixed grid made from a
+    camera matrix at construction, read with ``F.grid_sample``; then a BEV head."""
+
+    def __init__(self, cells: int = 12):
+        super().__init__()
+        self.backbone = Backbone()
+        self.head = nn.Sequential(_conv_bn(64, 32), nn.Conv2d(32, 6, 1))
+        xs = torch.linspace(-10.0, 10.0, cells)
+        zs = torch.linspace(2.0, 30.0, cells)
+        z, x = torch.meshgrid(zs, xs, indexing="ij")
+        u = 0.9 * x / z  # a pinhole camera, focal 0.9 in normalised image units
+        v = 1.5 / z - 0.2  # the ground plane 1.5 below the camera
+        self.register_buffer("grid", torch.stack([u, v], -1).unsqueeze(0))
+
+    def forward(self, x):
+        _, _, c8 = self.backbone(x)
+        grid = self.grid.expand(x.shape[0], -1, -1, -1)
+        bev = F.grid_sample(c8, grid, align_corners=False)
+        return self.head(bev).flatten(1)
+
+
+class DeformableSampling(nn.Module):
+    """Deformable attention's core on one level (Deformable DETR): per location,
+    a few sampling offsets and their attention weights predicted from the query,
+    the value map read at the offset points with ``F.grid_sample``, the samples
+    weighted and summed."""
+
+    def __init__(self, d: int = 32, points: int = 3):
+        super().__init__()
+        self.backbone = Backbone()
+        self.value = nn.Conv2d(64, d, 1)
+        self.offsets = nn.Conv2d(64, 2 * points, 3, padding=1)
+        self.weights = nn.Conv2d(64, points, 1)
+        self.out = nn.Conv2d(d, d, 1)
+        self.points = points
+
+    def forward(self, x):
+        _, _, c8 = self.backbone(x)
+        n, _, h, w = c8.shape
+        value = self.value(c8)
+        base_y, base_x = torch.meshgrid(
+            torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij"
+        )
+        base = torch.stack([base_x, base_y], -1)  # h, w, 2
+        offsets = torch.tanh(self.offsets(c8)) * 0.25
+        weights = self.weights(c8).softmax(1)
+        total = 0
+        for p in range(self.points):
+            grid = base + offsets[:, 2 * p : 2 * p + 2].permute(0, 2, 3, 1)
+            sampled = F.grid_sample(value, grid, align_corners=True)
+            total = total + sampled * weights[:, p : p + 1]
+        return self.out(total).flatten(1)
+
+
 class GptBlock(nn.Module):
     """A GPT-style decoder block as minGPT writes it: pre-LayerNorm, one qkv
     linear split in three, causal ``scaled_dot_product_attention``, a tanh-GELU
@@ -427,6 +485,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "gpt_block": (GptBlock, (8, 32), "causal SDPA, decoder layer with tgt_mask"),
     "gru_tracker": (GruTracker, (6, 24), "GRU from a zero state, its last state"),
     "centernet_decode": (CenterNetDecode, (3, 64, 64), "top-k peaks, gather"),
+    "bev_sampler": (BevSampler, (3, 64, 64), "grid_sample at a camera projection"),
+    "deformable_sampling": (DeformableSampling, (3, 64, 64), "grid_sample, offsets"),
 }
 
 
