@@ -118,6 +118,7 @@ OPS: tuple[OpEntry, ...] = (
     # shared by the steps), gate tables, state products and sums
     OpEntry("lstm", "hbir.linear", GEMM, ("nn.LSTM",), DECOMPOSED),
     OpEntry("gru", "hbir.linear", GEMM, ("nn.GRU",), DECOMPOSED),
+    OpEntry("rnn", "hbir.linear", GEMM, ("nn.RNN",), DECOMPOSED),
     # in-projections, the heads' attention, the out-projection
     OpEntry(
         "multihead_attention",

@@ -751,6 +751,7 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "prelu": _module_prelu,
     "lstm": module_recurrent,
     "gru": module_recurrent,
+    "rnn": module_recurrent,
     **layers_1d.MODULE_BUILDERS,
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,

@@ -1,4 +1,4 @@
-"""``nn.LSTM`` and ``nn.GRU`` unrolled over the traced sequence length into QAT steps.
+"""``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` unrolled over the sequence into QAT steps.
 
 Deployment runs a recurrent layer as its cells one time step after another, so
 prepare writes it that way: every step of every layer and direction is its own
@@ -12,7 +12,8 @@ LSTM: ``gates = W_ih x + (b_ih + b_hh) + W_hh h`` (the two biases are one),
 ``i, f, g, o = chunk(gates, 4)``, ``c = sigmoid(f) * c + sigmoid(i) * tanh(g)``,
 ``h = sigmoid(o) * tanh(c)``. GRU: ``r, z`` as the LSTM's gates (``b_hr``,
 ``b_hz`` moved into the input bias), ``n = tanh(W_in x + b_in + r * (W_hn h +
-b_hn))``, ``h = n + z * (h - n)``. Without an initial state the first step has
+b_hn))``, ``h = n + z * (h - n)``. RNN: ``h = tanh(W_ih x + (b_ih + b_hh) + W_hh
+h)`` (or relu). Without an initial state the first step has
 ``h = c = 0``: its hidden linear is ``b_hn`` (GRU) or nothing (LSTM).
 
 The hidden state and the outputs are int8 (they feed linears: a gemm takes one
@@ -35,6 +36,7 @@ from hbir.quantization.qat_modules import (
     QuantMul,
     QuantStack,
     QuantSub,
+    ReLU,
 )
 from hbir.quantization.rule_support import require
 
@@ -280,7 +282,57 @@ class GRUDecomposition(RecurrentDecomposition):
         return _GRUCell(params, first, h, prefix, qconfig_for)
 
 
-RECURRENT = {nn.LSTM: LSTMDecomposition, nn.GRU: GRUDecomposition}
+class _RNNCell(nn.Module):
+    """``h = act(W_ih x + (b_ih + b_hh) + W_hh h)``, act tanh (a table) or relu."""
+
+    def __init__(self, params, first: bool, relu: bool, prefix, qconfig_for):
+        super().__init__()
+
+        def q(name, cls, final=False):
+            return qconfig_for(f"{prefix}.{name}", cls, final)
+
+        self.first = first
+        bias = params["_bias"] if params["bias_ih"] is not None else None
+        self.ih = Linear.from_float(_linear(params["weight_ih"], bias), q("ih", Linear))
+        if not first:
+            self.hh = Linear.from_float(
+                _linear(params["weight_hh"], None), q("hh", Linear)
+            )
+            self.gates = QuantAdd(q("gates", QuantAdd))
+        self.act = (ReLU if relu else Tanh)(q("h", ReLU if relu else Tanh, True))
+
+    def forward(self, x, state):
+        pre = self.ih(x)
+        if not self.first:
+            pre = self.gates(pre, self.hh(state[0]))
+        return (self.act(pre),)
+
+
+class RNNDecomposition(RecurrentDecomposition):
+    op = "rnn"
+
+    def __init__(self, rnn: nn.RNN, *args):
+        self.relu = rnn.nonlinearity == "relu"
+        super().__init__(rnn, *args)
+
+    def cell(self, params, t, prefix, qconfig_for):
+        params = dict(params)
+        if params["bias_ih"] is not None:  # one bias, the sum (as the LSTM's)
+            key = id(params["bias_ih"])
+            if key not in self._shared:
+                self._shared[key] = nn.Parameter(
+                    (params["bias_ih"] + params["bias_hh"]).detach().clone()
+                )
+            params["_bias"] = self._shared[key]
+        first = t == 0 and not self.given_state
+        return _RNNCell(params, first, self.relu, prefix, qconfig_for)
+
+
+RECURRENT = {
+    nn.LSTM: LSTMDecomposition,
+    nn.GRU: GRUDecomposition,
+    nn.RNN: RNNDecomposition,
+}
 
 
 # ----------------------------------------------------------------- prepare's rule

@@ -1,4 +1,4 @@
-"""nn.LSTM / nn.GRU unrolled into QAT steps: in float mode they compute torch's
+"""nn.LSTM / nn.GRU / nn.RNN unrolled into QAT steps: in float mode they compute torch's
 own recurrence; every step has its own fake quants and the linears of a direction
 share their weights."""
 
@@ -39,6 +39,15 @@ CASES = {
         False,
     ),
     "gru-2-layers-initial-state": (lambda: nn.GRU(6, 5, num_layers=2), True),
+    "rnn": (lambda: nn.RNN(6, 5, batch_first=True), False),
+    "rnn-relu-2-layers-initial-state": (
+        lambda: nn.RNN(6, 5, num_layers=2, nonlinearity="relu"),
+        True,
+    ),
+    "rnn-no-bias-bidirectional": (
+        lambda: nn.RNN(6, 5, bias=False, bidirectional=True),
+        False,
+    ),
 }
 
 
