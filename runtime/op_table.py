@@ -90,6 +90,8 @@ OPS: tuple[OpEntry, ...] = (
         ("nn.ConvTranspose1d",),
         DECOMPOSED,
     ),
+    # one 2-d conv over the depth windows (index_select, moves), [O, kd * C, kh, kw]
+    OpEntry("conv3d", "hbir.conv2d", GEMM, ("nn.Conv3d", "F.conv3d"), DECOMPOSED),
     OpEntry(
         "matmul",
         "hbir.matmul",

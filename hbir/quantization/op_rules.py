@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx, nn
 
-from hbir.quantization import functionalize, layers_1d
+from hbir.quantization import functionalize, layers_1d, layers_3d
 from hbir.quantization import lut_modules as lut
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.decompositions import (
@@ -753,6 +753,7 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "gru": module_recurrent,
     "rnn": module_recurrent,
     **layers_1d.MODULE_BUILDERS,
+    **layers_3d.MODULE_BUILDERS,
     "layer_norm": _module_layer_norm,
     "affine": _module_batch_norm,
     "group_norm": _module_group_norm,
@@ -789,6 +790,7 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
     "addmm": _addmm,
     "einsum": _einsum,
     **layers_1d.FUNCTION_BUILDERS,
+    **layers_3d.FUNCTION_BUILDERS,
     "layer_norm": _layer_norm,
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,

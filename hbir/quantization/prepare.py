@@ -662,7 +662,8 @@ class _GraphBuilder:
                 new.meta = dict(origin.meta)
                 value = operator.attrgetter(n.target)(container)
                 new.meta["hbir_value"] = describe_value(value)
-                self.state[new] = FLOAT
+                # (an integer buffer, a conv3d's depth taps, is no value to quantize)
+                self.state[new] = FLOAT if value.is_floating_point() else OTHER
                 env[n] = new
             else:
                 # a pass-through op of the steps (a slice of the input: quantized

@@ -194,6 +194,9 @@ FLOAT_EQUAL = {
     "log_softmax": (lambda m, x: F.log_softmax(x, -1), (3, 8)),
     "prelu": (lambda m, x: m.op(x), (2, 3, 4, 5)),
     "conv1d": (lambda m, x: m.op(x), (2, 3, 9)),
+    "conv3d": (lambda m, x: m.op(x), (2, 3, 5, 6, 7)),
+    "conv3d-dilated-strided": (lambda m, x: m.op(x), (1, 3, 9, 5, 5)),
+    "rnn-relu": (lambda m, x: m.op(x)[0], (2, 4, 3)),
     "cumsum": (lambda m, x: x.cumsum(1), (2, 5, 3)),
     "sdpa-causal": (
         lambda m, x: F.scaled_dot_product_attention(x, x, x, is_causal=True),
@@ -260,6 +263,11 @@ MODULES = {
     "instance-norm": lambda: nn.InstanceNorm2d(3, affine=True),
     "prelu": lambda: nn.PReLU(3),
     "conv1d": lambda: nn.Conv1d(3, 4, 3, stride=2, padding=1, groups=1),
+    "conv3d": lambda: nn.Conv3d(3, 4, 3, padding=1),
+    "conv3d-dilated-strided": lambda: nn.Conv3d(
+        3, 2, (3, 3, 1), stride=(2, 1, 1), padding=(2, 1, 0), dilation=(2, 1, 1)
+    ),
+    "rnn-relu": lambda: nn.RNN(3, 4, nonlinearity="relu", batch_first=True),
     "mha-causal-mask": lambda: nn.MultiheadAttention(8, 2, batch_first=True),
     "sdpa-learned-bias": lambda: nn.Linear(5, 5),
     "mha-mask-made-from-sizes": lambda: nn.MultiheadAttention(8, 2, batch_first=True),
