@@ -295,13 +295,13 @@ class Unsupported(nn.Module):
     def __init__(self):
         super().__init__()
         self.quant = QuantStub()
-        self.rnn = nn.RNN(4, 4)
+        self.bilinear = nn.Bilinear(4, 4, 4)
 
     def forward(self, x):
         x = self.quant(x)
         x = torch.lgamma(x)
         x = torch.cumprod(x, 0)
-        return self.rnn(x)[0]
+        return self.bilinear(x, x)
 
 
 def test_unsupported_ops_are_named_with_the_users_source_line(tmp_path):
@@ -312,7 +312,7 @@ def test_unsupported_ops_are_named_with_the_users_source_line(tmp_path):
     for op, code in (
         ("torch.lgamma", "torch.lgamma(x)"),
         ("torch.cumprod", "torch.cumprod(x, 0)"),
-        ("torch.nn.modules.rnn.RNN", "self.rnn(x)"),
+        ("torch.nn.modules.linear.Bilinear", "self.bilinear(x, x)"),
     ):
         assert op in message
         where = f"{__file__}:{_source_line(Unsupported.forward, code)}"
