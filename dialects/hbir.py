@@ -659,6 +659,36 @@ class DivOp(BinaryOp):
             )
 
 
+class IndexBinaryOp(BinaryOp):
+    """Integer arithmetic on index tensors (``i64``), exact; a zero divisor is an
+    error when the op runs."""
+
+    def verify_(self) -> None:
+        super().verify_()
+        if not is_int(self.lhs.type):
+            raise VerifyException("operands must be integer (index) tensors")
+
+
+@irdl_op_definition
+class FloorDivideOp(IndexBinaryOp):
+    """``lhs // rhs``, rounded toward minus infinity (torch's ``floor_divide``).
+
+    ``%y = hbir.floor_divide %i, %w : (tensor<6xi64>, tensor<i64>) -> tensor<6xi64>``
+    """
+
+    name = "hbir.floor_divide"
+
+
+@irdl_op_definition
+class RemainderOp(IndexBinaryOp):
+    """``lhs % rhs`` with the divisor's sign (torch's ``remainder``).
+
+    ``%y = hbir.remainder %i, %w : (tensor<6xi64>, tensor<i64>) -> tensor<6xi64>``
+    """
+
+    name = "hbir.remainder"
+
+
 @irdl_op_definition
 class MaximumOp(BinaryOp):
     """Elementwise maximum.
@@ -2399,6 +2429,8 @@ HBIR = Dialect(
         DivOp,
         MaximumOp,
         MinimumOp,
+        FloorDivideOp,
+        RemainderOp,
         SoftmaxOp,
         LayerNormOp,
         ReduceSumOp,

@@ -472,6 +472,8 @@ RULES: dict[type[Operation], Rule] = {
     hbir.MulOp: _eltwise("mul"),
     hbir.MaximumOp: _eltwise("maximum"),
     hbir.MinimumOp: _eltwise("minimum"),
+    hbir.FloorDivideOp: _eltwise("floor_divide"),
+    hbir.RemainderOp: _eltwise("remainder"),
     hbir.ReluOp: _relu,
     hbir.ClipOp: _clip,
     qnt.RequantizeOp: _requantize,

@@ -177,6 +177,23 @@ class SinkThroughIndexCopy(RewritePattern):
         rewriter.replace(op, [constant, new, _dequantize(op, codes, new.output, None)])
 
 
+class QuantizeIndices(RewritePattern):
+    """quantize(cast(indices to float)) on the grid of scale 1 -> the indices
+    cast to the codes' type (saturating: the fake quant's clamp)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: qnt.QuantizeOp, rewriter: PatternRewriter) -> None:
+        cast = op.input.owner
+        if not isinstance(cast, hbir.CastOp) or not hbir.is_int(cast.input.type):
+            return
+        if list(op.scales.get_values()) != [1.0] or any(op.zeros.get_values()):
+            return
+        element = tensor_type(op.output).element_type
+        codes = hbir.CastOp(cast.input, element)
+        codes.location = op.location
+        rewriter.replace(op, codes)
+
+
 class SelectOnCodes(RewritePattern):
     """argmax / argmin of dequantize(q) -> of q (the same index)."""
 
@@ -264,6 +281,7 @@ PATTERNS = (
     SinkThroughSplit(),
     SinkThroughTopk(),
     SinkThroughIndexCopy(),
+    QuantizeIndices(),
     SelectOnCodes(),
     SinkThroughConcat(),
     QuantizeIntoConcat(),

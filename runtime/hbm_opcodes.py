@@ -105,6 +105,7 @@ LUT_SEGMENTED = (
     ("slopes", "buffer"),
 )
 ELTWISE_KINDS = ("add", "sub", "mul", "maximum", "minimum")
+ELTWISE_KINDS += ("floor_divide", "remainder")  # of index tensors (int64)
 REDUCE_KINDS = ("sum", "max", "mean", "min")
 POOL_KINDS = ("max", "avg")
 RESIZE_MODES = ("nearest", "bilinear")
@@ -159,7 +160,7 @@ def _post(ins: Instruction, code: FunctionCode, out: Buffer) -> None:
     )
     _need(f["rounding"] in numerics.ROUNDING_MODES, f"rounding {f['rounding']!r}")
     _need(0 <= f["axis"] < max(1, len(out.shape)), f"axis {f['axis']} out of range")
-    lo, hi = numerics.qrange(width)
+    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1  # (int64: index arithmetic)
     clip = f["clip"]
     _need(
         len(clip) == 2 and lo <= clip[0] <= clip[1] <= hi,

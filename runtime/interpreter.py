@@ -873,6 +873,8 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.DivOp: _elementwise(torch.div, None),
     hbir.MaximumOp: _elementwise(torch.maximum, np.maximum, "maximum"),
     hbir.MinimumOp: _elementwise(torch.minimum, np.minimum, "minimum"),
+    hbir.FloorDivideOp: _elementwise(None, selection.floor_divide),
+    hbir.RemainderOp: _elementwise(None, selection.remainder),
     hbir.SoftmaxOp: _softmax,
     hbir.LayerNormOp: _layer_norm,
     hbir.ReduceSumOp: _reduce_sum,

@@ -221,6 +221,8 @@ _ELTWISE = {
     "mul": np.multiply,
     "maximum": np.maximum,
     "minimum": np.minimum,
+    "floor_divide": selection.floor_divide,
+    "remainder": selection.remainder,
 }
 
 

@@ -14,8 +14,9 @@ An entry binds
   torch nor xDSL;
 * ``quantized``: how ``prepare`` quantizes it: ``MODULE`` (a QAT module with its own
   output fake quant), ``DECOMPOSED`` (a chain of QAT modules), ``PASSTHROUGH``
-  (moves or selects values: keeps the producer's scale) or ``NONE`` (prepare never
-  sees it: IR-only ops);
+  (moves or selects values: keeps the producer's scale), ``INDEX`` (integer
+  arithmetic on index tensors, never on values) or ``NONE`` (prepare never sees
+  it: IR-only ops);
 * ``lut``: the lookup table that evaluates it in fixed point, a key of
   ``numerics.LUT_FUNCTIONS`` (``gelu`` with ``approximate="tanh"`` uses
   ``gelu_tanh``);
@@ -51,6 +52,7 @@ MODULE = "module"
 DECOMPOSED = "decomposed"
 PASSTHROUGH = "passthrough"
 NONE = "none"
+INDEX = "index"  # integer arithmetic on index tensors only (``idx % w``)
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,21 @@ OPS: tuple[OpEntry, ...] = (
     ),
     OpEntry(
         "minimum", "hbir.minimum", ELEMENTWISE, ("torch.minimum", "Tensor.minimum")
+    ),
+    # on index tensors only (prepare refuses them on values): exact int64
+    OpEntry(
+        "floor_divide",
+        "hbir.floor_divide",
+        INTEGER,
+        ("operator.floordiv", "torch.floor_divide", "Tensor.floor_divide"),
+        INDEX,
+    ),
+    OpEntry(
+        "remainder",
+        "hbir.remainder",
+        INTEGER,
+        ("operator.mod", "torch.remainder", "Tensor.remainder"),
+        INDEX,
     ),
     # ---------------------------------------------------------------- activations
     OpEntry(

@@ -93,6 +93,23 @@ def arg_extreme(x: np.ndarray, dim: int, keepdim: bool, largest: bool) -> np.nda
     return np.asarray(pick(x, axis=dim, keepdims=keepdim), np.int64)
 
 
+def floor_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a // b`` of int64 indices, rounded toward minus infinity (torch's)."""
+    _check_divisor(b)
+    return np.floor_divide(a, b)
+
+
+def remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a % b`` with the divisor's sign (torch's ``remainder``)."""
+    _check_divisor(b)
+    return np.remainder(a, b)
+
+
+def _check_divisor(b: np.ndarray) -> None:
+    if np.any(np.asarray(b) == 0):
+        raise IndexOutOfRangeError("integer division by zero")
+
+
 def check_index(index: np.ndarray, size: int, what: str) -> None:
     """Refuse an index outside ``[0, size)``, naming it."""
     if index.size and (index.min() < 0 or index.max() >= size):

@@ -190,12 +190,7 @@ class Exporter:
                 raise Unsupported(f"argument {arg.name} is not a tensor")
             return value
         if isinstance(arg, int | float) and not isinstance(arg, bool):
-            dtype = (
-                np.float64
-                if like is not None and self.dtype(like) == torch.float64
-                else np.float32
-            )
-            return self.constant(np.asarray(arg, dtype))
+            return self.constant(np.asarray(arg, self._number_dtype(like)))
         raise Unsupported(f"argument {arg!r}")
 
     def _folded(self, name: str, value: torch.Tensor) -> SSAValue:
@@ -210,11 +205,20 @@ class Exporter:
         if isinstance(v, SSAValue):
             return v
         if _is_number_value(v):
-            dtype = np.float64 if self.dtype(like) == torch.float64 else np.float32
-            return self.constant(np.asarray(v, dtype))
+            return self.constant(np.asarray(v, self._number_dtype(like)))
         if isinstance(v, torch.Tensor):
             return self._folded("an argument", v)
         raise Unsupported(f"argument {v!r}")
+
+    def _number_dtype(self, like: SSAValue | None):
+        """A Python number next to ``like``: of its precision; int64 beside
+        indices (``idx % w``)."""
+        if like is None:
+            return np.float32
+        element = hb.tensor_type(like).element_type
+        if element == hb.INDEX:
+            return np.int64
+        return np.float64 if element == f64 else np.float32
 
     def dtype(self, value: SSAValue) -> torch.dtype:
         element = hb.tensor_type(value).element_type

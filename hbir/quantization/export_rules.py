@@ -1140,7 +1140,14 @@ METHOD_IMPORTERS: dict[str, Builder] = {
 
 
 def _derive_passthrough() -> None:
+    index_ops = {cls.name: cls for cls in (hb.FloorDivideOp, hb.RemainderOp)}
     for entry in op_table.OPS:
+        if entry.quantized == op_table.INDEX:  # on index tensors: the op itself
+            for spelling in entry.torch:
+                kind, target = resolve(spelling)
+                table = METHOD_IMPORTERS if kind == "method" else FUNCTION_IMPORTERS
+                table[target] = _float_binary(index_ops[entry.hbir])
+            continue
         if entry.quantized != op_table.PASSTHROUGH:
             continue
         for spelling in entry.torch:

@@ -930,6 +930,9 @@ PASSTHROUGH_FUNCTIONS: set[Callable] = set()
 PASSTHROUGH_METHODS: set[str] = set()
 CONDITIONAL_PASSTHROUGH: dict[Callable, Callable[..., bool]] = {}
 CONDITIONAL_METHODS: dict[str, Callable[..., bool]] = {}
+# integer arithmetic prepare keeps on index tensors (never on values)
+INDEX_FUNCTIONS: set[Callable] = set()
+INDEX_METHODS: set[str] = set()
 # a function or method spelling -> its (first) op table entry
 ENTRY_OF_FUNCTION: dict[Callable, op_table.OpEntry] = {}
 ENTRY_OF_METHOD: dict[str, op_table.OpEntry] = {}
@@ -988,6 +991,9 @@ def _derive_rules() -> None:
             if kind != "module":
                 entries = ENTRY_OF_METHOD if kind == "method" else ENTRY_OF_FUNCTION
                 entries.setdefault(target, entry)
+            if entry.quantized == op_table.INDEX:
+                (INDEX_METHODS if kind == "method" else INDEX_FUNCTIONS).add(target)
+                continue
             if entry.quantized == op_table.PASSTHROUGH:
                 if spelling in _CONDITIONS:
                     conditional = (

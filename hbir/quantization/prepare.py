@@ -43,6 +43,7 @@ from hbir.quantization.decompositions import Decomposition
 from hbir.quantization.dtypes import qint16
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.fusion import fuse
+from hbir.quantization.observers import FixedScaleObserver
 from hbir.quantization.options import QuantOptions, current_options, using
 from hbir.quantization.qconfig import QConfig, QconfigSetter, as_setter
 from hbir.quantization.tracing import (
@@ -201,6 +202,9 @@ _TIE_RULED = {
 }
 
 
+# Integer arithmetic on indices (``idx % w``, ``idx // w``, ``idx * 4 + 1``).
+_INDEX_ARITHMETIC = frozenset({"add", "sub", "mul", "floor_divide", "remainder"})
+
 # Ops that quantize their own source (an embedding's table), float inputs or not.
 _SOURCES = frozenset({"embedding"})
 
@@ -348,6 +352,9 @@ class _GraphBuilder:
         self._call_op(node)
         if len(self.unsupported) > refused:
             return  # listed once: what follows from it is not listed again
+        if self._is_index_cast(node):
+            self.env[node] = self._index_stub(self.env[node])
+            return
         from_sizes = functionalize.FROM_SIZES_META in node.meta  # a mask, a grid
         if (
             not from_sizes
@@ -357,6 +364,35 @@ class _GraphBuilder:
             )
         ):
             self.data_indices.add(node)
+
+    def _is_index_cast(self, node: fx.Node) -> bool:
+        """``idx.float()``: indices become values."""
+        entry = _entry_of(node)
+        return (
+            entry is not None
+            and entry.op == "cast"
+            and value_of(node).is_float_tensor
+            and any(n in self.data_indices for n in node.all_input_nodes)
+        )
+
+    def _index_stub(self, node: fx.Node) -> fx.Node:
+        """Indices as values on the grid of scale 1, int16 (exact up to 32767: a
+        fixed scale, no observer), so arithmetic with them is the usual."""
+        name = self._generated_name(node, "quant_stub")
+        qconfig = self.resolve(name, [qat.QuantStub, "quantize"])
+        fixed = qconfig.activation.replace(
+            dtype=qint16, observer=FixedScaleObserver, observer_kwargs={"scale": 1.0}
+        )
+        stub = qat.QuantStub(qconfig.replace(activation=fixed))
+        self._install(name, stub)
+        new = self.graph.call_module(name, (node,))
+        new.meta = dict(node.meta)
+        self.state[new] = QUANT
+        self.fake_quant_of[new] = stub.activation_post_process
+        self.report.generated_stubs.append(
+            (name, node.name, "indices as values (scale 1, int16)")
+        )
+        return new
 
     def _is_data(self, node: fx.Node) -> bool:
         return self.state.get(self.env.get(node)) in (QUANT, FLOAT)
@@ -373,9 +409,14 @@ class _GraphBuilder:
         if node.target is functionalize.index_assign:
             return True  # the index of a scatter (_index_write checks the rest)
         entry = _entry_of(node)
-        if entry is not None and entry.op == "cast":  # .contiguous(), not .float()
-            return value_of(node).holds_index_tensor
-        return entry is not None and entry.op in _INDEX_READERS
+        if entry is None:
+            return False
+        if entry.op == "cast":  # .contiguous(); .float(): a value of scale 1
+            return value_of(node).is_tensor
+        if entry.op in _INDEX_ARITHMETIC:  # on indices and numbers only
+            data = any(self._is_data(n) for n in node.all_input_nodes)
+            return not data and value_of(node).holds_index_tensor
+        return entry.op in _INDEX_READERS
 
     def _call_op(self, node: fx.Node) -> None:
         args = fx.node.map_arg(node.args, self.env.__getitem__)

@@ -70,6 +70,32 @@ class TopkDecoder(nn.Module):
         return values, where, picked, first, ranked.indices, feats
 
 
+class CenterNetTopk(nn.Module):
+    """CenterNet's ``_topk`` and decode: the top-k over classes x locations, the
+    class and the x, y of each from the flat index (``//``, ``%``, as values of
+    scale 1), the boxes from the sizes read there."""
+
+    def __init__(self, k: int = 8):
+        super().__init__()
+        self.k = k
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.heat = nn.Conv2d(8, 3, 1)
+        self.wh = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        f = F.relu(self.stem(x))
+        heat = self.heat(f).sigmoid()
+        n, c, h, w = heat.shape
+        scores, inds = heat.flatten(1).topk(self.k)
+        classes = (inds // (h * w)).float()
+        where = inds % (h * w)
+        ys, xs = (where // w).float(), (where % w).float()
+        wh = self.wh(f).flatten(2).gather(2, where.unsqueeze(1).expand(-1, 2, -1))
+        half_w, half_h = wh[:, 0] / 2, wh[:, 1] / 2
+        boxes = torch.stack([xs - half_w, ys - half_h, xs + half_w, ys + half_h], -1)
+        return boxes, scores, classes, inds
+
+
 class TokenModel(nn.Module):
     """Token and position embeddings (GPT-2's): int64 ids in, logits and the
     predicted token out."""
@@ -125,6 +151,7 @@ def _ids(n, vocab=40, shape=(2, 6)):
 CASES = {
     "segmenter": (Segmenter, _images),
     "topk_decoder": (TopkDecoder, _images),
+    "centernet_topk": (CenterNetTopk, _images),
     "token_model": (TokenModel, _ids),
     "pillar_scatter": (PillarScatter, _pillars),
 }
@@ -251,6 +278,16 @@ class IndexMath(nn.Module):
 
     def forward(self, ids):
         return self.fc(F.one_hot(ids, 8).float()) + (ids + 1).float().unsqueeze(-1)
+
+
+def test_centernet_s_classes_and_locations_are_its_flat_index_s(tmp_path):
+    """The decoded class, x and y are the flat top-k index's, exactly, in
+    model.hbm (a reference computed here from the index output)."""
+    got, _, _ = _stages(CenterNetTopk(), _images(2, (2, 3, 8, 8)), tmp_path)
+    for boxes, _scores, classes, inds in got["hbm"]:
+        np.testing.assert_array_equal(classes, (inds // 64).astype(np.float32))
+        x_mid = (boxes[..., 0] + boxes[..., 2]) / 2
+        np.testing.assert_allclose(x_mid, inds % 8, atol=0.1)
 
 
 def test_arithmetic_on_integer_inputs_is_refused_at_prepare(tmp_path):

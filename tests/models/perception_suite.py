@@ -354,11 +354,11 @@ class GruTracker(nn.Module):
 
 
 class CenterNetDecode(nn.Module):
-    """CenterNet's head with its decoding in the model, as deployments export it:
-    class heatmaps, size and offset maps on a stride-4 backbone; the top-k peaks
-    over every class and location (``topk``), the class and location of each
-    (``argmax``-free: the flat index over classes x locations), the size and offset
-    read at the locations (``gather``)."""
+    """CenterNet's head with its decoding in the model, as deployments export it
+    (its ``_topk`` and ``ctdet_decode``): class heatmaps, size and offset maps on a
+    stride-4 backbone; the top-k peaks over classes x locations (``topk``), the
+    class and location from the flat index (``//``, ``%``), x and y from the
+    location, the size and offset read there (``gather``), the boxes."""
 
     def __init__(self, classes: int = 3, k: int = 10):
         super().__init__()
@@ -372,14 +372,19 @@ class CenterNetDecode(nn.Module):
         _, c4, _ = self.backbone(x)
         heat = self.heat(c4).sigmoid()
         n, classes, h, w = heat.shape
-        scores, where = heat.flatten(2).amax(1).topk(self.k, dim=1)  # N, K
+        scores, inds = heat.flatten(1).topk(self.k)  # over classes x locations
+        cls = (inds // (h * w)).float()
+        where = inds % (h * w)
+        ys, xs = (where // w).float(), (where % w).float()
         at = where.unsqueeze(1).expand(-1, 2, -1)
         wh = self.wh(c4).flatten(2).gather(2, at)  # N, 2, K
         offset = self.offset(c4).flatten(2).gather(2, at)
-        classes_at = heat.flatten(2).gather(
-            2, where.unsqueeze(1).expand(-1, classes, -1)
+        xs, ys = xs + offset[:, 0], ys + offset[:, 1]
+        half_w, half_h = wh[:, 0] / 2, wh[:, 1] / 2
+        boxes = torch.stack([xs - half_w, ys - half_h, xs + half_w, ys + half_h], -1)
+        return torch.cat([boxes, scores.unsqueeze(-1), cls.unsqueeze(-1)], -1).flatten(
+            1
         )
-        return torch.cat([scores.unsqueeze(1), wh, offset, classes_at], 1).flatten(1)
 
 
 class BevSampler(nn.Module):
@@ -484,7 +489,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "crnn": (Crnn, (3, 32, 32), "bidirectional 2-layer LSTM over the width"),
     "gpt_block": (GptBlock, (8, 32), "causal SDPA, decoder layer with tgt_mask"),
     "gru_tracker": (GruTracker, (6, 24), "GRU from a zero state, its last state"),
-    "centernet_decode": (CenterNetDecode, (3, 64, 64), "top-k peaks, gather"),
+    "centernet_decode": (CenterNetDecode, (3, 64, 64), "top-k, // and %, gather"),
     "bev_sampler": (BevSampler, (3, 64, 64), "grid_sample at a camera projection"),
     "deformable_sampling": (DeformableSampling, (3, 64, 64), "grid_sample, offsets"),
 }

@@ -79,11 +79,19 @@ def test_prepare_rules_are_exactly_the_table_s_spellings():
                 target
             )
     assert modules == set(op_rules.MODULE_RULES) | set(op_rules.PASSTHROUGH_MODULES)
-    assert functions == set(op_rules.FUNCTION_RULES) | set(
-        op_rules.PASSTHROUGH_FUNCTIONS
-    ) | set(op_rules.CONDITIONAL_PASSTHROUGH)
-    assert methods == set(op_rules.METHOD_RULES) | op_rules.PASSTHROUGH_METHODS | set(
-        op_rules.CONDITIONAL_METHODS
+    assert (
+        functions
+        == set(op_rules.FUNCTION_RULES)
+        | set(op_rules.PASSTHROUGH_FUNCTIONS)
+        | set(op_rules.CONDITIONAL_PASSTHROUGH)
+        | op_rules.INDEX_FUNCTIONS
+    )
+    assert (
+        methods
+        == set(op_rules.METHOD_RULES)
+        | op_rules.PASSTHROUGH_METHODS
+        | set(op_rules.CONDITIONAL_METHODS)
+        | op_rules.INDEX_METHODS
     )
 
 
@@ -440,6 +448,33 @@ SAMPLES.update(
             )
         ),
         "nn.Embedding": (lambda m, x: m.op(x.argmax(-1)), (2, 3, 8)),
+        # index arithmetic: a flat top-k index to its row and column
+        "operator.floordiv": (
+            lambda m, x: x.index_select(0, x.flatten().topk(3).indices // 8),
+            (3, 8),
+        ),
+        "torch.floor_divide": (
+            lambda m, x: x[:, 0].gather(0, torch.floor_divide(x.argmax(1), 2) + 1),
+            (4, 6),
+        ),
+        "Tensor.floor_divide": (
+            lambda m, x: x[0].index_select(
+                0, (x.flatten().argmax() * 3).floor_divide(9).reshape(1)
+            ),
+            (3, 8),
+        ),
+        "operator.mod": (
+            lambda m, x: x.index_select(1, x.flatten().topk(4).indices % 8),
+            (3, 8),
+        ),
+        "torch.remainder": (
+            lambda m, x: x.gather(1, torch.remainder(x.argsort(1) - 5, 8)),
+            (2, 8),
+        ),
+        "Tensor.remainder": (
+            lambda m, x: x[0] + (x.argmax(0).remainder(3) - 1).float(),
+            (3, 8),
+        ),
         "F.embedding": (
             lambda m, x: F.embedding(x.argmin(-1), m.op.weight) * x[..., :5],
             (2, 3, 8),
@@ -544,13 +579,16 @@ def _spellings(quantized):
 
 def test_every_spelling_has_a_sample():
     kinds = (op_table.MODULE, op_table.DECOMPOSED, op_table.PASSTHROUGH, op_table.NONE)
+    kinds += (op_table.INDEX,)
     assert set(SAMPLES) == set(_spellings(kinds))
 
 
 @pytest.mark.slow  # not in the fast tier (docs/testing.md)
 @pytest.mark.parametrize(
     "spelling",
-    _spellings((op_table.MODULE, op_table.DECOMPOSED, op_table.PASSTHROUGH)),
+    _spellings(
+        (op_table.MODULE, op_table.DECOMPOSED, op_table.PASSTHROUGH, op_table.INDEX)
+    ),
 )
 def test_every_op_prepare_accepts_reaches_a_bit_identical_model_hbm(spelling, tmp_path):
     torch.manual_seed(0)
