@@ -1100,6 +1100,59 @@ class IndexSelectOp(IndexReadOp):
 
 
 @irdl_op_definition
+class CompareOp(IRDLOperation):
+    """``lhs <kind> rhs`` (eq, ne, gt, ge, lt, le) with broadcasting, as an ``i1``
+    mask. Float: torch's comparison. Integer (after convert): codes compared as
+    they are (one grid, or against integer thresholds), or with ``scales`` as the
+    float32 values ``fl32(q * s)`` (``runtime/selection.py``).
+
+    ``%m = hbir.compare %a, %b {kind = "eq"} : (tensor<1x2x4x4xf32>,
+    tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xi1>``
+    """
+
+    name = "hbir.compare"
+
+    lhs = operand_def(AnyTensorTypeConstr)
+    rhs = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    kind = prop_def(StringAttr)
+    scales = opt_prop_def(DenseArrayBase)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = BINARY_FORMAT
+
+    def __init__(self, lhs: Value, rhs: Value, kind: str, scales=None):
+        shape = shapes.broadcast(shape_of(lhs), shape_of(rhs))
+        super().__init__(
+            operands=[lhs, rhs],
+            result_types=[TensorType(IntegerType(1), list(shape))],
+            properties={
+                "kind": StringAttr(kind),
+                "scales": None
+                if scales is None
+                else DenseArrayBase.from_list(f64, [float(s) for s in scales]),
+            },
+        )
+
+    def verify_(self) -> None:
+        from hbir.runtime.selection import COMPARE_KINDS
+
+        if self.kind.data not in COMPARE_KINDS:
+            raise VerifyException(
+                f"kind must be one of {COMPARE_KINDS}, got {self.kind.data!r}"
+            )
+        if tensor_type(self.output).element_type != IntegerType(1):
+            raise VerifyException("the result is an i1 mask")
+        _expect_shape(self, shapes.broadcast, shape_of(self.lhs), shape_of(self.rhs))
+        floats = [is_float(v.type) for v in (self.lhs, self.rhs)]
+        if any(floats) != all(floats):
+            raise VerifyException("operands are both float or both integer")
+        if self.scales is not None and len(self.scales.get_values()) != 2:
+            raise VerifyException("scales: one per operand")
+
+
+@irdl_op_definition
 class IndexCopyOp(IRDLOperation):
     """``input`` with ``source``'s slices written at a 1-d i64 ``index`` along
     ``dim`` (``torch.index_copy``; ``canvas[:, idx] = feats``): of repeated indices
@@ -2443,6 +2496,7 @@ HBIR = Dialect(
         GatherOp,
         IndexSelectOp,
         IndexCopyOp,
+        CompareOp,
         Conv2dOp,
         ConvTranspose2dOp,
         LinearOp,

@@ -785,6 +785,32 @@ class TopkOp(MapOp):
         }
 
 
+@irdl_op_definition
+class CompareOp(OpcodeOp):
+    """A bool mask of two integer operands (VAE): as they are, or with ``scales``
+    as the float32 values ``fl32(q * s)`` (``runtime/selection.py``).
+
+    ``%m = npu.compare %a, %t {kind = "ge"} : (tensor<1x16xsi8>, tensor<1xsi32>)
+    -> tensor<1x16xi1>``
+    """
+
+    name = "npu.compare"
+
+    lhs = operand_def(AnyTensorTypeConstr)
+    rhs = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    kind = prop_def(StringAttr)
+    scales = opt_prop_def(DenseArrayBase)
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        scales = () if self.scales is None else tuple(self.scales.get_values())
+        return "compare", {"kind": self.kind.data, "scales": scales}
+
+
 class _IndexReadOp(OpcodeOp):
     """Reads ``input`` at an int64 ``index`` along ``dim`` (DTE); an index out of
     range stops the program."""
@@ -1029,6 +1055,7 @@ NPU = Dialect(
         ConcatOp,
         SliceOp,
         TopkOp,
+        CompareOp,
         GatherOp,
         IndexSelectOp,
         IndexCopyOp,

@@ -526,13 +526,27 @@ def _check_types(op: Operation) -> None:
         element = t.element_type
         try:
             numpy_dtype(element)
-            if isinstance(element, IndexType) or element == i1:
+            if isinstance(element, IndexType) or (
+                element == i1 and not _makes_or_moves_masks(op)
+            ):
                 raise ValueError("no hbir kernel computes on it")
         except ValueError:
             raise VerifyException(
                 f"{t}: element type {t.element_type} is not supported (use "
                 "si8/si16/si32/si64, ui8, i8-i64, f16, bf16, f32 or f64)"
             ) from None
+
+
+def _makes_or_moves_masks(op: Operation) -> bool:
+    """i1 masks: made by ``hbir.compare``, moved by the data-movement ops, cast
+    (to values), a function's inputs or outputs."""
+    from hbir.runtime import op_table
+
+    if isinstance(op, FuncOp) or op.name in ("hbir.compare", "hbir.cast"):
+        return True
+    if op.name.startswith("npu."):  # the opcode's spec says which take masks
+        return True
+    return op_table.LOWERING.get(op.name) == op_table.MOVE
 
 
 def _check_names(kind: str, attrs: ArrayAttr | None, count: int) -> None:

@@ -267,6 +267,7 @@ def _casts(op: Operation) -> bool:
         if (
             isinstance(c, npu.CastOp)
             and _single_user(v) is op
+            and _width(c.input) > 1  # a mask's cast makes codes: kept
             and _width(c.input) <= _width(c.output)
         ):
             operands.append(c.input)

@@ -501,6 +501,7 @@ RULES: dict[type[Operation], Rule] = {
     hbir.GatherOp: _copy_as(npu.GatherOp, ("dim",)),
     hbir.IndexSelectOp: _copy_as(npu.IndexSelectOp, ("dim",)),
     hbir.IndexCopyOp: _copy_as(npu.IndexCopyOp, ("dim",)),
+    hbir.CompareOp: _copy_as(npu.CompareOp, ("kind", "scales")),
 }
 
 _EXACT = "qnt.exact"

@@ -44,6 +44,7 @@ from xdsl.pattern_rewriter import (
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of, tensor_type
 from hbir.passes import fixed_point as fp
+from hbir.runtime import selection
 
 # Ops whose integer form moves or selects codes: op class -> rebuild(op, codes).
 _MOVERS = {
@@ -177,6 +178,44 @@ class SinkThroughIndexCopy(RewritePattern):
         rewriter.replace(op, [constant, new, _dequantize(op, codes, new.output, None)])
 
 
+_FLIPPED = {"gt": "lt", "ge": "le", "lt": "gt", "le": "ge", "eq": "eq", "ne": "ne"}
+
+
+class CompareOnCodes(RewritePattern):
+    """A comparison of quantized values -> of their codes: as they are on one
+    grid, against integer thresholds for a constant (``compare_thresholds``),
+    with both scales (``fl32(q * s)``) on two grids."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: hbir.CompareOp, rewriter: PatternRewriter) -> None:
+        if fp.is_cpu(op) or not hbir.is_float(op.lhs.type):
+            return
+        kind, lhs, rhs = op.kind.data, op.lhs, op.rhs
+        if fp.codes_of(lhs) is None:  # a constant first: flip the comparison
+            kind, lhs, rhs = _FLIPPED[kind], rhs, lhs
+        a, b = fp.codes_of(lhs), fp.codes_of(rhs)
+        if a is None or not a.per_tensor:
+            return
+        new: list[Operation] = []
+        if b is not None:
+            if not b.per_tensor:
+                return
+            same = a.scales[0] == b.scales[0] and a.bits == b.bits
+            scales = None if same else (float(a.scales[0]), float(b.scales[0]))
+            compare = hbir.CompareOp(a.codes, b.codes, kind, scales)
+        else:
+            values = fp.float_constant(rhs)
+            if values is None:
+                return
+            kind, t = selection.compare_thresholds(kind, values, a.scales[0], a.bits)
+            threshold = fp.int_constant(t, 32)
+            threshold.location = op.location
+            new.append(threshold)
+            compare = hbir.CompareOp(a.codes, threshold.output, kind)
+        compare.location = op.location
+        rewriter.replace(op, [*new, compare])
+
+
 class QuantizeIndices(RewritePattern):
     """quantize(cast(indices to float)) on the grid of scale 1 -> the indices
     cast to the codes' type (saturating: the fake quant's clamp)."""
@@ -282,6 +321,7 @@ PATTERNS = (
     SinkThroughTopk(),
     SinkThroughIndexCopy(),
     QuantizeIndices(),
+    CompareOnCodes(),
     SelectOnCodes(),
     SinkThroughConcat(),
     QuantizeIntoConcat(),

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from hbir.runtime import numerics
+from hbir.runtime import numerics, selection
 
 if TYPE_CHECKING:
     from hbir.runtime.hbm_program import Buffer, FunctionCode, Instruction
@@ -329,7 +329,10 @@ def _check_reduce(ins, code):
 
 def _check_cast(ins, code):
     (x,), (y,) = _ops(ins, code)
-    _need(x.dtype in _INTEGER and y.dtype in _INTEGER, "cast is integer to integer")
+    _need(
+        x.dtype in (*_INTEGER, "bool") and y.dtype in _INTEGER,
+        "cast is integer (or a mask) to integer",
+    )
     _same_shape(ins, code)
 
 
@@ -545,6 +548,21 @@ def _check_index_copy(ins, code):
     _need(y.shape == x.shape and y.dtype == x.dtype, "the result is the input's")
 
 
+def _check_compare(ins, code):
+    (a, b), (y,) = _ops(ins, code)
+    f = ins.fields
+    _need(f["kind"] in selection.COMPARE_KINDS, f"kind {f['kind']!r}")
+    _need(a.dtype in _INTEGER and b.dtype in _INTEGER, "operands must be integers")
+    _need(y.dtype == "bool", f"the result is a bool mask, got {y.dtype}")
+    try:
+        want = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise _Bad("operand shapes do not broadcast") from None
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _need(len(f["scales"]) in (0, 2), "scales: none or one per operand")
+    _need(all(s > 0 for s in f["scales"]), "scales must be positive")
+
+
 def _check_move(ins, code):
     (x,), (y,) = _ops(ins, code)
     _need(x.shape == y.shape and x.dtype == y.dtype, "a copy keeps shape and dtype")
@@ -732,6 +750,15 @@ OPCODES: tuple[Opcode, ...] = (
     Opcode(20, "gather", 2, 1, "dte", (("dim", "i64"),), _check_gather),
     Opcode(21, "index_select", 2, 1, "dte", (("dim", "i64"),), _check_index_select),
     Opcode(22, "index_copy", 3, 1, "dte", (("dim", "i64"),), _check_index_copy),
+    Opcode(
+        24,
+        "compare",
+        2,
+        1,
+        "vae",
+        (("kind", "str"), ("scales", "f64[]")),
+        _check_compare,
+    ),
     # NHWC input, N x Ho x Wo x 2 grid codes; the exact int32 weighted sums
     Opcode(
         23,

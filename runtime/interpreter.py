@@ -337,6 +337,14 @@ def _index_read(torch_fn, numpy_fn) -> Kernel:
     return kernel
 
 
+def _compare(op: hbir.CompareOp, a, b) -> tuple[np.ndarray, ...]:
+    kind = op.kind.data
+    if _is_float(a):
+        return (getattr(torch, kind)(_t(a), _t(b)).numpy(),)
+    scales = None if op.scales is None else op.scales.get_values()
+    return (np.asarray(selection.compare(kind, a, b, scales)),)
+
+
 def _index_copy(op: hbir.IndexCopyOp, x, index, source) -> tuple[np.ndarray, ...]:
     dim = op.dim.value.data
     selection.check_index(index, x.shape[dim % x.ndim], op.name)
@@ -887,6 +895,7 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.GatherOp: _index_read(torch.gather, selection.gather),
     hbir.IndexSelectOp: _index_read(torch.index_select, selection.index_select),
     hbir.IndexCopyOp: _index_copy,
+    hbir.CompareOp: _compare,
     hbir.Conv2dOp: _conv2d,
     hbir.ConvTranspose2dOp: _conv_transpose2d,
     hbir.LinearOp: _linear,

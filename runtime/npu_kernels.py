@@ -371,6 +371,10 @@ def index_select(f: Fields, out: Out, x, index) -> np.ndarray:
     return selection.index_select(x, index, f["dim"])
 
 
+def compare(f: Fields, out: Out, a, b) -> np.ndarray:
+    return np.asarray(selection.compare(f["kind"], a, b, f["scales"] or None))
+
+
 def index_copy(f: Fields, out: Out, x, index, source) -> np.ndarray:
     return selection.index_copy_codes(x, index, source, f["dim"])
 
@@ -406,6 +410,7 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "gather": gather,
     "index_select": index_select,
     "index_copy": index_copy,
+    "compare": compare,
     "dma_load": move,
     "dma_store": move,
 }

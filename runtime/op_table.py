@@ -75,6 +75,7 @@ def _ir(name: str, lowering: str, cpu: str | None = None) -> OpEntry:
     return OpEntry(name, name, lowering, (), NONE, cpu=cpu)
 
 
+_KINDS = ("eq", "ne", "gt", "ge", "lt", "le")  # comparisons (runtime/selection.py)
 _METHODS_RESHAPE = ("view", "view_as", "reshape", "reshape_as", "flatten")
 _METHODS_RESHAPE += ("unflatten", "squeeze", "unsqueeze")
 
@@ -432,6 +433,17 @@ OPS: tuple[OpEntry, ...] = (
     # of two tensors is refused: torch.maximum)
     OpEntry("max", "hbir.argmax", MOVE, ("torch.max", "Tensor.max"), PASSTHROUGH),
     OpEntry("min", "hbir.argmin", MOVE, ("torch.min", "Tensor.min"), PASSTHROUGH),
+    # a mask of quantized values: on codes (one grid, or integer thresholds of a
+    # constant) or as fl32(q * s) (two grids); it may be cast to float (scale 1)
+    OpEntry(
+        "compare",
+        "hbir.compare",
+        MOVE,
+        tuple(
+            f"{root}.{k}" for root in ("operator", "torch", "Tensor") for k in _KINDS
+        ),
+        PASSTHROUGH,
+    ),
     OpEntry(
         "gather", "hbir.gather", MOVE, ("torch.gather", "Tensor.gather"), PASSTHROUGH
     ),

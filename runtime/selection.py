@@ -12,7 +12,8 @@ rule is fixed here and every engine follows it:
   first, in both directions (a stable sort);
 * ``argmax`` / ``argmin``: the first extreme value (as torch documents it).
 
-The torch forms (``topk``, ``sort``) are what a prepared model calls instead of
+The torch forms (``topk``, ``sort``; they import torch when called: this module
+is also the instruction set's) are what a prepared model calls instead of
 ``torch.topk`` / ``torch.sort`` and what the interpreter runs on float tensors;
 the numpy forms (``topk_indices``, ``arg_extreme``) are the integer semantics the
 npu kernels and the interpreter run on codes. Index reads (``gather``,
@@ -23,7 +24,6 @@ another element silently.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from hbir.errors import HbirError
 
@@ -36,35 +36,41 @@ class IndexOutOfRangeError(HbirError, IndexError):
 
 
 def topk(
-    input: torch.Tensor,
+    input,
     k: int,
     dim: int = -1,
     largest: bool = True,
     sorted: bool = True,  # noqa: A002  (torch's keyword)
 ):
     """``torch.topk`` with the tie rule above (always sorted)."""
+    import torch
+
     values, indices = torch.sort(input, dim=dim, descending=largest, stable=True)
     return torch.return_types.topk(
         (values.narrow(dim, 0, k), indices.narrow(dim, 0, k))
     )
 
 
-def sort(input: torch.Tensor, dim: int = -1, descending: bool = False, stable=None):
+def sort(input, dim: int = -1, descending: bool = False, stable=None):
     """``torch.sort``, always stable (``stable`` is accepted and implied)."""
+    import torch
+
     values, indices = torch.sort(input, dim=dim, descending=descending, stable=True)
     return torch.return_types.sort((values, indices))
 
 
-def argsort(
-    input: torch.Tensor, dim: int = -1, descending: bool = False, stable=None
-) -> torch.Tensor:
+def argsort(input, dim: int = -1, descending: bool = False, stable=None):
     """``torch.argsort``, always stable."""
+    import torch
+
     return torch.sort(input, dim=dim, descending=descending, stable=True).indices
 
 
-def index_copy(input: torch.Tensor, dim: int, index: torch.Tensor, source):
+def index_copy(input, dim: int, index, source):
     """``input`` with ``source``'s slices written at ``index`` along ``dim``
     (``canvas[:, idx] = feats``); of repeated indices the last write wins."""
+    import torch
+
     keep = torch.from_numpy(last_writes(index.numpy()))
     return input.index_copy(dim, index[keep], source.index_select(dim, keep))
 
@@ -108,6 +114,53 @@ def remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _check_divisor(b: np.ndarray) -> None:
     if np.any(np.asarray(b) == 0):
         raise IndexOutOfRangeError("integer division by zero")
+
+
+COMPARE_KINDS = ("eq", "ne", "gt", "ge", "lt", "le")
+_COMPARE = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+}
+
+
+def compare(kind: str, a: np.ndarray, b: np.ndarray, scales=None) -> np.ndarray:
+    """``a <kind> b`` as a bool mask. ``scales`` (s_a, s_b): ``a`` and ``b`` are
+    codes compared as the float32 values ``fl32(q * s)`` fake quantization gives
+    them, which is what the torch model compares (one correctly rounded product:
+    numpy's float32 multiply); without, as they are (same-grid codes, or codes
+    against integer thresholds, ``compare_thresholds``)."""
+    if scales is not None:
+        a = np.asarray(a).astype(np.float32) * np.float32(scales[0])
+        b = np.asarray(b).astype(np.float32) * np.float32(scales[1])
+    return _COMPARE[kind](a, b)
+
+
+def compare_thresholds(
+    kind: str, constant: np.ndarray, scale: float, bits: int
+) -> tuple[str, np.ndarray]:
+    """(kind', thresholds): ``fl32(q * s) <kind> c`` for every ``bits``-wide code
+    ``q`` is ``q <kind'> t`` with integer thresholds ``t`` (int32; beyond the
+    code range where the comparison is always or never true), since ``fl32(q *
+    s)`` is strictly increasing in ``q``."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    values = np.arange(lo, hi + 1).astype(np.float32) * np.float32(scale)
+    c = np.asarray(constant, np.float32)
+    left = lo + np.searchsorted(values, c, side="left")
+    right = lo + np.searchsorted(values, c, side="right")
+    if kind in ("eq", "ne"):  # the one code of value c, or none (hi + 1)
+        t = np.where(right > left, left, hi + 1)
+        return kind, t.astype(np.int32)
+    kind, t = {
+        "gt": ("ge", right),
+        "ge": ("ge", left),
+        "lt": ("lt", left),
+        "le": ("lt", right),
+    }[kind]
+    return kind, np.asarray(t).astype(np.int32)
 
 
 def check_index(index: np.ndarray, size: int, what: str) -> None:

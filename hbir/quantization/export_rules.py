@@ -697,6 +697,16 @@ def _index_copy(ex: Exporter, node: fx.Node):
     return ex.emit(hb.IndexCopyOp(x, ids, src, dim))
 
 
+def _compare(ex: Exporter, node: fx.Node):
+    """``a > b`` (any of eq, ne, gt, ge, lt, le): a number operand is a constant of
+    the other's type, as torch compares it (a Python float in float32)."""
+    kind = node.target if isinstance(node.target, str) else node.target.__name__
+    a, b = (_value_or_number(ex, v) for v in node.args[:2])
+    like = a if not _is_number_value(a) else b
+    a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
+    return ex.emit(hb.CompareOp(a, b, kind))
+
+
 def _topk(ex: Exporter, node: fx.Node):
     x = ex.tensor(node.args[0])
     k = _arg(node, 1, "k")
@@ -1097,6 +1107,7 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "repeat_interleave": _repeat_interleave,
     "channel_shuffle": _channel_shuffle,
     "topk": _topk,
+    "compare": _compare,
     "sort": _sort,
     "argmax": _arg_extreme(hb.ArgmaxOp),
     "argmin": _arg_extreme(hb.ArgminOp),

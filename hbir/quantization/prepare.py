@@ -204,6 +204,7 @@ _TIE_RULED = {
 
 # Integer arithmetic on indices (``idx % w``, ``idx // w``, ``idx * 4 + 1``).
 _INDEX_ARITHMETIC = frozenset({"add", "sub", "mul", "floor_divide", "remainder"})
+_INDEX_ARITHMETIC |= {"compare"}
 
 # Ops that quantize their own source (an embedding's table), float inputs or not.
 _SOURCES = frozenset({"embedding"})

@@ -1,8 +1,10 @@
-"""Selection and integer indices, all the way to model.hbm (issue 27).
+"""Selection, integer indices and masks, all the way to model.hbm (issue 27).
 
 The post-processing of real heads: a segmentation argmax as the model's output,
 top-k decoding (scores, ``topk``, the boxes read at its indices with ``gather``,
-``index_select`` and ``boxes[:, idx]``), ``max(dim)`` and ``sort``, and token
+``index_select`` and ``boxes[:, idx]``), CenterNet's decode (its peak mask
+``max_pool == heat``, the class and location from a flat top-k index by ``//``
+and ``%``), ``max(dim)`` and ``sort``, and token
 models whose input is int64 ids (``nn.Embedding`` of the ids and of an ``arange``
 buffer of positions). Each goes through prepare, calibration, export, convert and
 compile; at every stage the outputs, the int64 indices among them, must equal the
@@ -85,6 +87,8 @@ class CenterNetTopk(nn.Module):
     def forward(self, x):
         f = F.relu(self.stem(x))
         heat = self.heat(f).sigmoid()
+        keep = (F.max_pool2d(heat, 3, 1, 1) == heat).float()  # its _nms: peaks
+        heat = heat * keep
         n, c, h, w = heat.shape
         scores, inds = heat.flatten(1).topk(self.k)
         classes = (inds // (h * w)).float()
@@ -93,7 +97,7 @@ class CenterNetTopk(nn.Module):
         wh = self.wh(f).flatten(2).gather(2, where.unsqueeze(1).expand(-1, 2, -1))
         half_w, half_h = wh[:, 0] / 2, wh[:, 1] / 2
         boxes = torch.stack([xs - half_w, ys - half_h, xs + half_w, ys + half_h], -1)
-        return boxes, scores, classes, inds
+        return boxes, scores, classes, inds, scores > 0.3
 
 
 class TokenModel(nn.Module):
@@ -284,7 +288,9 @@ def test_centernet_s_classes_and_locations_are_its_flat_index_s(tmp_path):
     """The decoded class, x and y are the flat top-k index's, exactly, in
     model.hbm (a reference computed here from the index output)."""
     got, _, _ = _stages(CenterNetTopk(), _images(2, (2, 3, 8, 8)), tmp_path)
-    for boxes, _scores, classes, inds in got["hbm"]:
+    for boxes, scores, classes, inds, confident in got["hbm"]:
+        assert confident.dtype == bool  # a mask output
+        np.testing.assert_array_equal(confident, scores > np.float32(0.3))
         np.testing.assert_array_equal(classes, (inds // 64).astype(np.float32))
         x_mid = (boxes[..., 0] + boxes[..., 2]) / 2
         np.testing.assert_allclose(x_mid, inds % 8, atol=0.1)

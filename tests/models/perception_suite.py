@@ -371,6 +371,7 @@ class CenterNetDecode(nn.Module):
     def forward(self, x):
         _, c4, _ = self.backbone(x)
         heat = self.heat(c4).sigmoid()
+        heat = heat * (F.max_pool2d(heat, 3, 1, 1) == heat).float()  # _nms: peaks
         n, classes, h, w = heat.shape
         scores, inds = heat.flatten(1).topk(self.k)  # over classes x locations
         cls = (inds // (h * w)).float()

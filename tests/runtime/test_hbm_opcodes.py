@@ -211,6 +211,12 @@ BASE = {
             "grid_scale": FloatAttr(2.0**-14, f64),
         },
     ),
+    "compare": (
+        npu.CompareOp,
+        [_t("si8", 2, 8), _t("si32", 1)],
+        [TensorType(i1, [2, 8])],
+        {"kind": StringAttr("ge")},
+    ),
     "dma_load": (npu.DmaLoadOp, [_t("si8", 2, 8)], [_t("si8", 2, 8)], {}),
     "dma_store": (npu.DmaStoreOp, [_t("si16", 2, 8)], [_t("si16", 2, 8)], {}),
 }

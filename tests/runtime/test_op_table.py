@@ -496,6 +496,26 @@ MODULES.update(
     }
 )
 
+# Comparisons: a mask of the same grid (a max pool), of a constant, of another
+# grid, used as values of scale 1 (each kind in each spelling).
+_OTHERS = {
+    "eq": lambda x: F.max_pool2d(x, 3, 1, 1),
+    "ne": lambda x: F.max_pool2d(x, 3, 1, 1),
+    "gt": lambda x: 0.25,
+    "ge": lambda x: x.flip(-1) * 0.5,
+    "lt": lambda x: -0.125,
+    "le": lambda x: x.mean(-1, keepdim=True),
+}
+for _root in ("operator", "torch", "Tensor"):
+    for _kind, _other in _OTHERS.items():
+        if _root == "Tensor":
+            _call = lambda x, o, k=_kind: getattr(x, k)(o)  # noqa: E731
+        else:
+            _call = getattr(operator if _root == "operator" else torch, _kind)
+        SAMPLES[f"{_root}.{_kind}"] = _x4(
+            lambda m, x, c=_call, o=_other: x * c(x, o(x)).float()
+        )
+
 # The LUT spellings: a positive input keeps log/sqrt/rsqrt/reciprocal in domain.
 for _entry in op_table.OPS:
     if _entry.lut is None:
