@@ -1153,6 +1153,50 @@ class CompareOp(IRDLOperation):
 
 
 @irdl_op_definition
+class SelectOp(IRDLOperation):
+    """``where(mask, lhs, rhs)`` with broadcasting: ``lhs`` where the ``i1`` mask is
+    true, else ``rhs`` (a selection: both on the result's grid after convert).
+
+    ``%y = hbir.select %m, %a, %b : (tensor<2x8xi1>, tensor<2x8xf32>,
+    tensor<f32>) -> tensor<2x8xf32>``
+    """
+
+    name = "hbir.select"
+
+    mask = operand_def(AnyTensorTypeConstr)
+    lhs = operand_def(AnyTensorTypeConstr)
+    rhs = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$mask `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(self, mask: Value, lhs: Value, rhs: Value):
+        shape = shapes.broadcast(
+            shapes.broadcast(shape_of(mask), shape_of(lhs)), shape_of(rhs)
+        )
+        super().__init__(
+            operands=[mask, lhs, rhs], result_types=[with_shape(lhs, shape)]
+        )
+
+    def verify_(self) -> None:
+        if tensor_type(self.mask).element_type != IntegerType(1):
+            raise VerifyException("the mask must be an i1 tensor")
+        _same_element_types(self, self.lhs, self.rhs, self.output)
+        try:
+            shape = shapes.broadcast(
+                shapes.broadcast(shape_of(self.mask), shape_of(self.lhs)),
+                shape_of(self.rhs),
+            )
+        except shapes.ShapeError as e:
+            raise VerifyException(str(e)) from None
+        if shape_of(self.output) != shape:
+            raise VerifyException(f"expected result shape {shape}")
+
+
+@irdl_op_definition
 class IndexCopyOp(IRDLOperation):
     """``input`` with ``source``'s slices written at a 1-d i64 ``index`` along
     ``dim`` (``torch.index_copy``; ``canvas[:, idx] = feats``): of repeated indices
@@ -2497,6 +2541,7 @@ HBIR = Dialect(
         IndexSelectOp,
         IndexCopyOp,
         CompareOp,
+        SelectOp,
         Conv2dOp,
         ConvTranspose2dOp,
         LinearOp,

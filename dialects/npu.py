@@ -811,6 +811,27 @@ class CompareOp(OpcodeOp):
         return "compare", {"kind": self.kind.data, "scales": scales}
 
 
+@irdl_op_definition
+class SelectOp(OpcodeOp):
+    """``where(mask, lhs, rhs)`` of codes on one grid (VAE).
+
+    ``%y = npu.select %m, %a, %b : (tensor<2x8xi1>, tensor<2x8xsi8>,
+    tensor<1xsi8>) -> tensor<2x8xsi8>``
+    """
+
+    name = "npu.select"
+
+    mask = operand_def(AnyTensorTypeConstr)
+    lhs = operand_def(AnyTensorTypeConstr)
+    rhs = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$mask `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+    )
+
+
 class _IndexReadOp(OpcodeOp):
     """Reads ``input`` at an int64 ``index`` along ``dim`` (DTE); an index out of
     range stops the program."""
@@ -1056,6 +1077,7 @@ NPU = Dialect(
         SliceOp,
         TopkOp,
         CompareOp,
+        SelectOp,
         GatherOp,
         IndexSelectOp,
         IndexCopyOp,

@@ -502,6 +502,7 @@ RULES: dict[type[Operation], Rule] = {
     hbir.IndexSelectOp: _copy_as(npu.IndexSelectOp, ("dim",)),
     hbir.IndexCopyOp: _copy_as(npu.IndexCopyOp, ("dim",)),
     hbir.CompareOp: _copy_as(npu.CompareOp, ("kind", "scales")),
+    hbir.SelectOp: _copy_as(npu.SelectOp, ()),
 }
 
 _EXACT = "qnt.exact"

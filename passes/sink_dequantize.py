@@ -216,6 +216,56 @@ class CompareOnCodes(RewritePattern):
         rewriter.replace(op, [*new, compare])
 
 
+class SelectCodes(RewritePattern):
+    """select(mask, dequantize(qa), dequantize(qb)) on one grid -> dequantize(
+    select(mask, qa, qb))."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: hbir.SelectOp, rewriter: PatternRewriter) -> None:
+        a, b = fp.codes_of(op.lhs), fp.codes_of(op.rhs)
+        if a is None or b is None or fp.is_cpu(op):
+            return
+        if not (a.per_tensor and b.per_tensor) or a.scales[0] != b.scales[0]:
+            return
+        if tensor_type(a.codes).element_type != tensor_type(b.codes).element_type:
+            return
+        select = hbir.SelectOp(op.mask, a.codes, b.codes)
+        select.location = op.location
+        rewriter.replace(op, [select, _dequantize(op, a, select.output, None)])
+
+
+class QuantizeIntoSelect(RewritePattern):
+    """quantize(select(mask, a, b)) -> select(mask, quantize(a), quantize(b)): each
+    value onto the output grid (a requantization of codes, as the QAT module
+    rescales them), then a selection of codes."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: qnt.QuantizeOp, rewriter: PatternRewriter) -> None:
+        select = op.input.owner
+        if not isinstance(select, hbir.SelectOp) or fp.is_cpu(select):
+            return
+        if len(list(select.output.uses)) != 1 or op.axis is not None:
+            return
+        element = tensor_type(op.output).element_type
+        quantized = []
+        for v in (select.lhs, select.rhs):
+            q = qnt.QuantizeOp(
+                v,
+                element,
+                op.scales.get_values(),
+                op.zeros.get_values(),
+                None,
+                op.narrowRange.value.data,
+                op.rounding.data,
+            )
+            q.location = op.location
+            quantized.append(q)
+        new = hbir.SelectOp(select.mask, *(q.output for q in quantized))
+        new.location = select.location
+        rewriter.replace(op, [*quantized, new])
+        rewriter.erase(select)
+
+
 class QuantizeIndices(RewritePattern):
     """quantize(cast(indices to float)) on the grid of scale 1 -> the indices
     cast to the codes' type (saturating: the fake quant's clamp)."""
@@ -322,6 +372,8 @@ PATTERNS = (
     SinkThroughIndexCopy(),
     QuantizeIndices(),
     CompareOnCodes(),
+    SelectCodes(),
+    QuantizeIntoSelect(),
     SelectOnCodes(),
     SinkThroughConcat(),
     QuantizeIntoConcat(),

@@ -563,6 +563,17 @@ def _check_compare(ins, code):
     _need(all(s > 0 for s in f["scales"]), "scales must be positive")
 
 
+def _check_select(ins, code):
+    (mask, a, b), (y,) = _ops(ins, code)
+    _need(mask.dtype == "bool", f"the mask must be bool, got {mask.dtype}")
+    _need(a.dtype in _INTEGER and a.dtype == b.dtype == y.dtype, "one integer dtype")
+    try:
+        want = np.broadcast_shapes(mask.shape, a.shape, b.shape)
+    except ValueError:
+        raise _Bad("operand shapes do not broadcast") from None
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+
+
 def _check_move(ins, code):
     (x,), (y,) = _ops(ins, code)
     _need(x.shape == y.shape and x.dtype == y.dtype, "a copy keeps shape and dtype")
@@ -759,6 +770,7 @@ OPCODES: tuple[Opcode, ...] = (
         (("kind", "str"), ("scales", "f64[]")),
         _check_compare,
     ),
+    Opcode(25, "select", 3, 1, "vae", (), _check_select),
     # NHWC input, N x Ho x Wo x 2 grid codes; the exact int32 weighted sums
     Opcode(
         23,

@@ -345,6 +345,12 @@ def _compare(op: hbir.CompareOp, a, b) -> tuple[np.ndarray, ...]:
     return (np.asarray(selection.compare(kind, a, b, scales)),)
 
 
+def _select(op: hbir.SelectOp, mask, a, b) -> tuple[np.ndarray, ...]:
+    if _is_float(a):
+        return (_float_out(op, torch.where(_t(mask), _t(a), _t(b))),)
+    return (np.where(mask, a, b).astype(a.dtype),)
+
+
 def _index_copy(op: hbir.IndexCopyOp, x, index, source) -> tuple[np.ndarray, ...]:
     dim = op.dim.value.data
     selection.check_index(index, x.shape[dim % x.ndim], op.name)
@@ -896,6 +902,7 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.IndexSelectOp: _index_read(torch.index_select, selection.index_select),
     hbir.IndexCopyOp: _index_copy,
     hbir.CompareOp: _compare,
+    hbir.SelectOp: _select,
     hbir.Conv2dOp: _conv2d,
     hbir.ConvTranspose2dOp: _conv_transpose2d,
     hbir.LinearOp: _linear,

@@ -375,6 +375,10 @@ def compare(f: Fields, out: Out, a, b) -> np.ndarray:
     return np.asarray(selection.compare(f["kind"], a, b, f["scales"] or None))
 
 
+def select(f: Fields, out: Out, mask, a, b) -> np.ndarray:
+    return np.where(mask, a, b).astype(out[1])
+
+
 def index_copy(f: Fields, out: Out, x, index, source) -> np.ndarray:
     return selection.index_copy_codes(x, index, source, f["dim"])
 
@@ -411,6 +415,7 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "index_select": index_select,
     "index_copy": index_copy,
     "compare": compare,
+    "select": select,
     "dma_load": move,
     "dma_store": move,
 }

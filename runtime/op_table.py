@@ -524,6 +524,9 @@ OPS: tuple[OpEntry, ...] = (
     # ``canvas[:, idx] = feats`` (prepare: a write into a zero canvas, which keeps
     # the written values' grid)
     _ir("hbir.index_copy", MOVE),
+    # ``where`` with a computed mask (prepare's ``where``: both values first
+    # rescaled onto the output grid, a number fake-quantized onto it)
+    _ir("hbir.select", MOVE),
     # the camera input's colour conversion: the CPU's, at the model's edge
     _ir("hbir.image_convert", INTEGER, cpu="image input conversion"),
     _ir("hbir.image_preprocess", IMAGE, cpu="image input preprocessing"),

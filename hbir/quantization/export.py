@@ -42,6 +42,7 @@ from xdsl.dialects.builtin import (
     FunctionType,
     IntAttr,
     IntegerAttr,
+    IntegerType,
     ModuleOp,
     NameLoc,
     StringAttr,
@@ -91,10 +92,12 @@ def _input_type(t: torch.Tensor) -> TensorType:
     """A model input's type: float, or int64 ids / indices (``hbir.INDEX``)."""
     if t.dtype == torch.int64:
         return TensorType(hb.INDEX, list(t.shape))
+    if t.dtype == torch.bool:  # a mask (a padding mask)
+        return TensorType(IntegerType(1), list(t.shape))
     if t.dtype not in _TORCH_TO_IR:
         raise ExportError(
-            f"an input of dtype {t.dtype}: inputs are float32, float64 or int64 "
-            "(ids and indices)"
+            f"an input of dtype {t.dtype}: inputs are float32, float64, int64 (ids "
+            "and indices) or bool (masks)"
         )
     return TensorType(_TORCH_TO_IR[t.dtype], list(t.shape))
 

@@ -458,6 +458,7 @@ MODULE_IMPORTERS: dict[type, Builder] = {
     qat.Abs: _unary_module(lambda m, x: hb.AbsOp(x)),
     qat.Resize: lambda ex, node: _resize_module(ex, node),
     qat.GridSample: lambda ex, node: _grid_sample_module(ex, node),
+    qat.QuantSelect: lambda ex, node: _select_module(ex, node),
     qat.ConstantPad: lambda ex, node: _constant_pad_module(ex, node),
     nn.ReLU: _float_unary(hb.ReluOp),
     nn.ReLU6: _unary_module(lambda m, x: hb.ClipOp(x, 0.0, 6.0)),
@@ -705,6 +706,29 @@ def _compare(ex: Exporter, node: fx.Node):
     like = a if not _is_number_value(a) else b
     a, b = ex.tensor_of(a, like), ex.tensor_of(b, like)
     return ex.emit(hb.CompareOp(a, b, kind))
+
+
+def _select_module(ex: Exporter, node: fx.Node):
+    """``where`` with a computed mask: each value onto the output grid (a tensor
+    by a one-input concat marked ``qnt.exact`` in VALIDATION: the integer
+    pipeline's rescale; a number by the output's fake quant), then the selection,
+    then the output's fake quant (which leaves the selected values as they are)."""
+    mod = _module(ex, node)
+    mask, *values = node.args
+    fq = mod.activation_post_process
+    branches = []
+    for index, v in enumerate(values):
+        if not mod.tensors[index]:
+            branches.append(ex.fake_quant(ex.constant(np.float32(v)), fq))
+            continue
+        (x,) = _inputs(ex, mod, [ex.tensor(v)])
+        grids = mod.branch_grids(index)
+        if grids is not None:
+            x = ex.emit(hb.ConcatOp([x], 0))
+            qnt.set_exact(x.owner, grids)
+        branches.append(x)
+    y = ex.emit(hb.SelectOp(ex.tensor(mask), *branches))
+    return ex.fake_quant(y, fq)
 
 
 def _topk(ex: Exporter, node: fx.Node):

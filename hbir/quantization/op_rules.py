@@ -530,6 +530,13 @@ def _module_instance_norm(q, mod, x, *, fused_relu=None):
 
 def _where_of(q, cond, a, b):
     mask = _from_sizes(q, cond)
+    if mask is None and isinstance(cond, fx.Node) and q.is_data_mask(cond):
+        # a computed mask (a comparison): a selection on the output grid
+        a_tensor, b_tensor = is_tensor_arg(a), is_tensor_arg(b)
+        require(a_tensor or b_tensor, "no tensor operand")
+        for v, is_tensor in ((a, a_tensor), (b, b_tensor)):
+            require(not is_tensor or q.is_quantized(v), "a value that is not quantized")
+        return qat.QuantSelect(q(), (a_tensor, b_tensor)), (cond, a, b)
     require(
         mask is not None,
         "a condition computed from inputs (a comparison): masks have no quantized "

@@ -158,6 +158,15 @@ class _QconfigFor:
     def __call__(self) -> QConfig:
         return self.builder.resolve(self.name, self.type_keys, site=self.site)
 
+    def is_data_mask(self, node) -> bool:
+        """``node`` (of the new graph) is a mask computed from the data."""
+        return node in self.builder.data_index_values and (
+            value_of(node).dtype == torch.bool
+        )
+
+    def is_quantized(self, node) -> bool:
+        return isinstance(node, fx.Node) and self.builder.state.get(node) == QUANT
+
     def step(self, step: str, cls: type, final: bool) -> QConfig:
         keys = [cls, cls.op, *self.type_keys]
         site = None if self.site is None else f"{self.site}.{step}"
@@ -211,7 +220,7 @@ _SOURCES = frozenset({"embedding"})
 
 # The ops integer indices may reach: they move, select or read with them.
 _INDEX_READERS = frozenset(
-    {"reshape", "transpose", "slice", "split", "repeat", "flip", "cast"}
+    {"reshape", "transpose", "slice", "split", "repeat", "flip", "cast", "where"}
     | {"topk", "sort", "argmax", "argmin", "max", "min"}
     | {"gather", "index_select", "embedding"}
 )
@@ -271,6 +280,7 @@ class _GraphBuilder:
         self.decompositions: dict[str, Decomposition] = {}
         self.unsupported: list[str] = []
         self.data_indices: set[fx.Node] = set()  # index tensors made from data
+        self.data_index_values: set[fx.Node] = set()  # the same, in the new graph
         self.has_user_stub = any(
             isinstance(m, stubs.QuantStub) for m in self.modules.values()
         )
@@ -330,8 +340,9 @@ class _GraphBuilder:
         new = self.graph.node_copy(node, self.env.__getitem__)
         is_float = value_of(node).is_float_tensor
         self._set(node, new, FLOAT if is_float else OTHER)
-        if value_of(node).holds_index_tensor:  # token ids: indices from the data
+        if value_of(node).holds_index_tensor:  # token ids, masks: from the data
             self.data_indices.add(node)
+            self.data_index_values.add(new)
         if is_float and not self.has_user_stub:
             self.env[node] = self._stub(new, "input without QuantStub")
 
@@ -365,6 +376,8 @@ class _GraphBuilder:
             )
         ):
             self.data_indices.add(node)
+            if isinstance(self.env.get(node), fx.Node):
+                self.data_index_values.add(self.env[node])
 
     def _is_index_cast(self, node: fx.Node) -> bool:
         """``idx.float()``: indices become values."""

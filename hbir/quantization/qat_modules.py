@@ -1019,6 +1019,44 @@ class ConstantPad(QATModule):
         return f"pad={self.pad}, value={self.value}"
 
 
+class QuantSelect(QATModule):
+    """``where(mask, a, b)`` / ``masked_fill`` with a computed mask (a comparison):
+    each value onto the output grid first (a tensor rescaled as the integer
+    pipeline rescales it, ``numerics.fixed_point_rescale``, in VALIDATION; a
+    number fake-quantized by the output's fake quant), then a selection of those
+    values, which the output's fake quant leaves as they are."""
+
+    op = "where"
+
+    def __init__(self, qconfig: QConfig, tensors: tuple[bool, bool]) -> None:
+        super().__init__()
+        self._init_quant(qconfig)
+        self.tensors = tuple(tensors)
+
+    def branch_grids(self, index: int) -> numerics.Grids | None:
+        """The grids of value ``index``'s rescale (its producer's, the output's)."""
+        if not self.tensors[index]:
+            return None
+        fqs = self.input_fake_quants()
+        return _grids(self, fqs[sum(self.tensors[:index]) :][:1])
+
+    def _branch(self, v, index: int) -> torch.Tensor:
+        if not self.tensors[index]:  # a fill value: onto the output grid
+            return self.activation_post_process(torch.tensor(float(v)))
+        grids = self.branch_grids(index)
+        if grids is None:
+            return v
+        exact = numerics.fixed_point_rescale(grids, _numpy(v), 0, mode=get_round_mode())
+        return _with_gradient(v, exact)
+
+    def forward(self, mask: torch.Tensor, a, b) -> torch.Tensor:
+        ins = [v for v, t in zip((a, b), self.tensors, strict=True) if t]
+        it = iter(self._quant_inputs(*ins))
+        a, b = (next(it) if t else v for v, t in zip((a, b), self.tensors, strict=True))
+        y = torch.where(mask, self._branch(a, 0), self._branch(b, 1))
+        return self.activation_post_process(y)
+
+
 class ReLU(Clamp):
     op = "relu"
 

@@ -142,6 +142,48 @@ def _pillars(n):
     ]
 
 
+class Masked(nn.Module):
+    """Masks computed from the data used as ``where`` / ``masked_fill`` do: a
+    leaky ReLU written with ``where``, a fill where another map is low, the larger
+    of two maps of different grids."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, padding=1)
+        self.b = nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        y, z = self.a(x), self.b(x)
+        leaky = torch.where(y > 0, y, y * 0.1)
+        filled = y.masked_fill(z < -0.2, -1.0)
+        larger = torch.where(z > y, z, y)
+        return leaky, filled, larger
+
+
+class PaddedAttention(nn.Module):
+    """Token attention with a padding mask from the ids (``ids == 0``) filled into
+    the scores, as BERT-style encoders without a float mask write it."""
+
+    def __init__(self, vocab: int = 40, width: int = 8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.qk = nn.Linear(width, 2 * width)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        q, k = self.qk(h).chunk(2, -1)
+        scores = q @ k.transpose(1, 2) * 0.35
+        scores = scores.masked_fill((ids == 0).unsqueeze(1), -8.0)
+        return scores.softmax(-1) @ h
+
+
+def _padded_ids(n, vocab=40, shape=(2, 6)):
+    ids = _ids(n, vocab, shape)
+    for x in ids:
+        x[:, -2:] = 0  # padding at the end
+    return ids
+
+
 def _images(n, shape=(2, 3, 6, 6)):
     g = torch.Generator().manual_seed(7)
     return [torch.randn(shape, generator=g) for _ in range(n)]
@@ -158,6 +200,8 @@ CASES = {
     "centernet_topk": (CenterNetTopk, _images),
     "token_model": (TokenModel, _ids),
     "pillar_scatter": (PillarScatter, _pillars),
+    "masked": (Masked, _images),
+    "padded_attention": (PaddedAttention, lambda n: _padded_ids(n)),
 }
 
 

@@ -217,6 +217,12 @@ BASE = {
         [TensorType(i1, [2, 8])],
         {"kind": StringAttr("ge")},
     ),
+    "select": (
+        npu.SelectOp,
+        [TensorType(i1, [2, 8]), _t("si8", 2, 8), _t("si8", 1)],
+        [_t("si8", 2, 8)],
+        {},
+    ),
     "dma_load": (npu.DmaLoadOp, [_t("si8", 2, 8)], [_t("si8", 2, 8)], {}),
     "dma_store": (npu.DmaStoreOp, [_t("si16", 2, 8)], [_t("si16", 2, 8)], {}),
 }
