@@ -211,3 +211,25 @@ func.func @grid_sample(%x: tensor<1x4x8x8xf32>, %g: tensor<1x5x6x2xf32>, %q: ten
   %s = hbir.grid_sample %q, %qg {grid_scale = 6.103515625e-05 : f64} : (tensor<1x4x8x8xsi8>, tensor<1x5x6x2xsi16>) -> tensor<1x4x5x6xsi32>
   func.return %s : tensor<1x4x5x6xsi32>
 }
+
+// Masks and index arithmetic: comparisons (codes, thresholds, two grids), a
+// selection of codes, // and % of i64 indices.
+// GENERIC-LABEL: "func.func"() <{sym_name = "masks"
+// GENERIC: "hbir.select"(%m, %a, %a) : (tensor<2x8xi1>, tensor<2x8xsi8>, tensor<2x8xsi8>) -> tensor<2x8xsi8>
+// CHECK-LABEL: func.func @masks(
+// CHECK-NEXT: %m = hbir.compare %a, %t {kind = "ge"} : (tensor<2x8xsi8>, tensor<1xsi32>) -> tensor<2x8xi1>
+// CHECK-NEXT: %s = hbir.compare %a, %a {kind = "lt", scales = array<f64: 5.000000e-01, 2.500000e-01>} : (tensor<2x8xsi8>, tensor<2x8xsi8>) -> tensor<2x8xi1>
+// CHECK-NEXT: %y = hbir.select %m, %a, %a : (tensor<2x8xi1>, tensor<2x8xsi8>, tensor<2x8xsi8>) -> tensor<2x8xsi8>
+// CHECK-NEXT: %w = hbir.constant dense<4> : tensor<i64>
+// CHECK-NEXT: %q = hbir.floor_divide %i, %w : (tensor<6xi64>, tensor<i64>) -> tensor<6xi64>
+// CHECK-NEXT: %r = hbir.remainder %i, %w : (tensor<6xi64>, tensor<i64>) -> tensor<6xi64>
+// CHECK-NEXT: func.return %y : tensor<2x8xsi8>
+func.func @masks(%a: tensor<2x8xsi8>, %t: tensor<1xsi32>, %i: tensor<6xi64>) -> tensor<2x8xsi8> {
+  %m = hbir.compare %a, %t {kind = "ge"} : (tensor<2x8xsi8>, tensor<1xsi32>) -> tensor<2x8xi1>
+  %s = hbir.compare %a, %a {kind = "lt", scales = array<f64: 0.5, 0.25>} : (tensor<2x8xsi8>, tensor<2x8xsi8>) -> tensor<2x8xi1>
+  %y = hbir.select %m, %a, %a : (tensor<2x8xi1>, tensor<2x8xsi8>, tensor<2x8xsi8>) -> tensor<2x8xsi8>
+  %w = hbir.constant dense<4> : tensor<i64>
+  %q = hbir.floor_divide %i, %w : (tensor<6xi64>, tensor<i64>) -> tensor<6xi64>
+  %r = hbir.remainder %i, %w : (tensor<6xi64>, tensor<i64>) -> tensor<6xi64>
+  func.return %y : tensor<2x8xsi8>
+}
