@@ -7,6 +7,7 @@ and gemm dims up to 8192, strides up to 256, dilations up to 18.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -88,7 +89,6 @@ class NpuModel:
     channel_align: int  # (assumed) channels are stored padded to a multiple
     acc_bits: int  # TAE accumulator and post-process width (si32)
     int16_rate: float  # (assumed) int16 x int8 MACs per int8 MAC
-    units: tuple[tuple[str, tuple[str, ...]], ...]  # unit -> npu ops it runs
 
     @property
     def macs_per_cycle_int8(self) -> int:
@@ -104,34 +104,32 @@ class NpuModel:
         return self.ddr_gbps * 1e9 / (self.clock_mhz * 1e6)
 
     def unit_of(self, op_name: str) -> str:
-        for unit, ops in self.units:
-            if op_name in ops:
-                return unit
-        return "cpu"
+        """The unit an npu op runs on: its opcode's (``_units``); cpu else."""
+        return _units().get(op_name, "cpu")
 
 
-def _units() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """unit -> npu ops, from each opcode's spec (``runtime/hbm_opcodes.py``: the
-    one place an instruction's unit is stated); views are the DTE's."""
+@functools.cache
+def _units() -> dict[str, str]:
+    """npu op -> unit, from each opcode's spec (``runtime/hbm_opcodes.py``: the
+    one place an instruction's unit is stated); views are the DTE's. (Read when
+    first asked: the spec loads numpy, which the command lines' ``--help`` does
+    not.)"""
     from hbir.runtime.hbm_opcodes import OPCODES
 
-    by_unit: dict[str, list[str]] = {}
-    for opcode in OPCODES:
-        unit = "dte" if opcode.unit == "view" else opcode.unit
-        by_unit.setdefault(unit, []).append(f"npu.{opcode.name}")
-    return tuple((unit, tuple(ops)) for unit, ops in by_unit.items())
+    return {
+        f"npu.{opcode.name}": "dte" if opcode.unit == "view" else opcode.unit
+        for opcode in OPCODES
+    }
 
-
-_UNITS = _units()
 
 NPUS: dict[str, NpuModel] = {
     March.nash_e.value: NpuModel(
-        "nash-e", 80.0, 1000, 1 << 20, 51.2, 256, 16, 32, 0.25, _UNITS
+        "nash-e", 80.0, 1000, 1 << 20, 51.2, 256, 16, 32, 0.25
     ),
     # nash-m: the public 128 TOPS; the rest as nash-e, except a larger DDR
     # interface (assumed).
     March.nash_m.value: NpuModel(
-        "nash-m", 128.0, 1000, 1 << 20, 68.0, 256, 16, 32, 0.25, _UNITS
+        "nash-m", 128.0, 1000, 1 << 20, 68.0, 256, 16, 32, 0.25
     ),
 }
 
