@@ -1038,9 +1038,8 @@ class ArgminOp(ArgExtremeOp):
     name = "hbir.argmin"
 
 
-class IndexReadOp(IRDLOperation):
-    """Reads ``input`` at an i64 ``index`` along ``dim`` (an index out of range is
-    an error when the op runs)."""
+class IndexReadOperands(IRDLOperation):
+    """The operands of a read at an index along ``dim`` (``hbir`` and ``npu``)."""
 
     input = operand_def(AnyTensorTypeConstr)
     index = operand_def(AnyTensorTypeConstr)
@@ -1052,6 +1051,11 @@ class IndexReadOp(IRDLOperation):
     assembly_format = (
         "$input `,` $index attr-dict `:` functional-type(operands, results)"
     )
+
+
+class IndexReadOp(IndexReadOperands):
+    """Reads ``input`` at an i64 ``index`` along ``dim`` (an index out of range is
+    an error when the op runs)."""
 
     SHAPE_RULE: ClassVar = None
 
@@ -1099,18 +1103,8 @@ class IndexSelectOp(IndexReadOp):
     SHAPE_RULE = staticmethod(shapes.index_select)
 
 
-@irdl_op_definition
-class CompareOp(IRDLOperation):
-    """``lhs <kind> rhs`` (eq, ne, gt, ge, lt, le) with broadcasting, as an ``i1``
-    mask. Float: torch's comparison. Integer (after convert): codes compared as
-    they are (one grid, or against integer thresholds), or with ``scales`` as the
-    float32 values ``fl32(q * s)`` (``runtime/selection.py``).
-
-    ``%m = hbir.compare %a, %b {kind = "eq"} : (tensor<1x2x4x4xf32>,
-    tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xi1>``
-    """
-
-    name = "hbir.compare"
+class CompareOperands(IRDLOperation):
+    """The operands of a comparison (``hbir`` and ``npu``)."""
 
     lhs = operand_def(AnyTensorTypeConstr)
     rhs = operand_def(AnyTensorTypeConstr)
@@ -1121,6 +1115,20 @@ class CompareOp(IRDLOperation):
     traits = traits_def(Pure())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = BINARY_FORMAT
+
+
+@irdl_op_definition
+class CompareOp(CompareOperands):
+    """``lhs <kind> rhs`` (eq, ne, gt, ge, lt, le) with broadcasting, as an ``i1``
+    mask. Float: torch's comparison. Integer (after convert): codes compared as
+    they are (one grid, or against integer thresholds), or with ``scales`` as the
+    float32 values ``fl32(q * s)`` (``runtime/selection.py``).
+
+    ``%m = hbir.compare %a, %b {kind = "eq"} : (tensor<1x2x4x4xf32>,
+    tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xi1>``
+    """
+
+    name = "hbir.compare"
 
     def __init__(self, lhs: Value, rhs: Value, kind: str, scales=None):
         shape = shapes.broadcast(shape_of(lhs), shape_of(rhs))
@@ -1152,16 +1160,8 @@ class CompareOp(IRDLOperation):
             raise VerifyException("scales: one per operand")
 
 
-@irdl_op_definition
-class SelectOp(IRDLOperation):
-    """``where(mask, lhs, rhs)`` with broadcasting: ``lhs`` where the ``i1`` mask is
-    true, else ``rhs`` (a selection: both on the result's grid after convert).
-
-    ``%y = hbir.select %m, %a, %b : (tensor<2x8xi1>, tensor<2x8xf32>,
-    tensor<f32>) -> tensor<2x8xf32>``
-    """
-
-    name = "hbir.select"
+class SelectOperands(IRDLOperation):
+    """The operands of a selection by a mask (``hbir`` and ``npu``)."""
 
     mask = operand_def(AnyTensorTypeConstr)
     lhs = operand_def(AnyTensorTypeConstr)
@@ -1172,6 +1172,18 @@ class SelectOp(IRDLOperation):
     assembly_format = (
         "$mask `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
     )
+
+
+@irdl_op_definition
+class SelectOp(SelectOperands):
+    """``where(mask, lhs, rhs)`` with broadcasting: ``lhs`` where the ``i1`` mask is
+    true, else ``rhs`` (a selection: both on the result's grid after convert).
+
+    ``%y = hbir.select %m, %a, %b : (tensor<2x8xi1>, tensor<2x8xf32>,
+    tensor<f32>) -> tensor<2x8xf32>``
+    """
+
+    name = "hbir.select"
 
     def __init__(self, mask: Value, lhs: Value, rhs: Value):
         shape = shapes.broadcast(
@@ -1196,17 +1208,8 @@ class SelectOp(IRDLOperation):
             raise VerifyException(f"expected result shape {shape}")
 
 
-@irdl_op_definition
-class IndexCopyOp(IRDLOperation):
-    """``input`` with ``source``'s slices written at a 1-d i64 ``index`` along
-    ``dim`` (``torch.index_copy``; ``canvas[:, idx] = feats``): of repeated indices
-    the last write wins.
-
-    ``%y = hbir.index_copy %canvas, %i, %src {dim = 1 : i64} : (tensor<3x16xf32>,
-    tensor<4xi64>, tensor<3x4xf32>) -> tensor<3x16xf32>``
-    """
-
-    name = "hbir.index_copy"
+class IndexCopyOperands(IRDLOperation):
+    """The operands of a write at an index along ``dim`` (``hbir`` and ``npu``)."""
 
     input = operand_def(AnyTensorTypeConstr)
     index = operand_def(AnyTensorTypeConstr)
@@ -1219,6 +1222,19 @@ class IndexCopyOp(IRDLOperation):
     assembly_format = (
         "$input `,` $index `,` $source attr-dict `:` functional-type(operands, results)"
     )
+
+
+@irdl_op_definition
+class IndexCopyOp(IndexCopyOperands):
+    """``input`` with ``source``'s slices written at a 1-d i64 ``index`` along
+    ``dim`` (``torch.index_copy``; ``canvas[:, idx] = feats``): of repeated indices
+    the last write wins.
+
+    ``%y = hbir.index_copy %canvas, %i, %src {dim = 1 : i64} : (tensor<3x16xf32>,
+    tensor<4xi64>, tensor<3x4xf32>) -> tensor<3x16xf32>``
+    """
+
+    name = "hbir.index_copy"
 
     def __init__(self, input: Value, index: Value, source: Value, dim: int):
         super().__init__(

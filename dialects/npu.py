@@ -70,9 +70,13 @@ from xdsl.traits import IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from hbir.dialects.hbir import (
+    CompareOperands,
     ConvOperands,
     ConvTransposeOperands,
+    IndexCopyOperands,
+    IndexReadOperands,
     LutProperties,
+    SelectOperands,
     TensorConstant,
     UnaryOp,
     Value,
@@ -786,7 +790,7 @@ class TopkOp(MapOp):
 
 
 @irdl_op_definition
-class CompareOp(OpcodeOp):
+class CompareOp(CompareOperands, OpcodeOp):
     """A bool mask of two integer operands (VAE): as they are, or with ``scales``
     as the float32 values ``fl32(q * s)`` (``runtime/selection.py``).
 
@@ -796,23 +800,13 @@ class CompareOp(OpcodeOp):
 
     name = "npu.compare"
 
-    lhs = operand_def(AnyTensorTypeConstr)
-    rhs = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    kind = prop_def(StringAttr)
-    scales = opt_prop_def(DenseArrayBase)
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
-
     def opcode_fields(self) -> tuple[str, dict]:
         scales = () if self.scales is None else tuple(self.scales.get_values())
         return "compare", {"kind": self.kind.data, "scales": scales}
 
 
 @irdl_op_definition
-class SelectOp(OpcodeOp):
+class SelectOp(SelectOperands, OpcodeOp):
     """``where(mask, lhs, rhs)`` of codes on one grid (VAE).
 
     ``%y = npu.select %m, %a, %b : (tensor<2x8xi1>, tensor<2x8xsi8>,
@@ -821,31 +815,10 @@ class SelectOp(OpcodeOp):
 
     name = "npu.select"
 
-    mask = operand_def(AnyTensorTypeConstr)
-    lhs = operand_def(AnyTensorTypeConstr)
-    rhs = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
 
-    traits = traits_def(Pure())
-    assembly_format = (
-        "$mask `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
-    )
-
-
-class _IndexReadOp(OpcodeOp):
+class _IndexReadOp(IndexReadOperands, OpcodeOp):
     """Reads ``input`` at an int64 ``index`` along ``dim`` (DTE); an index out of
     range stops the program."""
-
-    input = operand_def(AnyTensorTypeConstr)
-    index = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    dim = prop_def(IntegerAttr[I64])
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$input `,` $index attr-dict `:` functional-type(operands, results)"
-    )
 
     def opcode_fields(self) -> tuple[str, dict]:
         rank = len(shape_of(self.input))
@@ -875,7 +848,7 @@ class IndexSelectOp(_IndexReadOp):
 
 
 @irdl_op_definition
-class IndexCopyOp(OpcodeOp):
+class IndexCopyOp(IndexCopyOperands, OpcodeOp):
     """``input`` with ``source``'s slices written at an int64 1-d ``index`` along
     ``dim`` (DTE; the last of repeated indices wins).
 
@@ -884,18 +857,6 @@ class IndexCopyOp(OpcodeOp):
     """
 
     name = "npu.index_copy"
-
-    input = operand_def(AnyTensorTypeConstr)
-    index = operand_def(AnyTensorTypeConstr)
-    source = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    dim = prop_def(IntegerAttr[I64])
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$input `,` $index `,` $source attr-dict `:` functional-type(operands, results)"
-    )
 
     def opcode_fields(self) -> tuple[str, dict]:
         rank = len(shape_of(self.input))

@@ -106,6 +106,19 @@ class RecurrentDecomposition(Decomposition):
     def cell(self, params, t, prefix, qconfig_for) -> nn.Module:
         raise NotImplementedError
 
+    def _with_summed_bias(self, params: dict) -> dict:
+        """``params`` with ``_bias``: one bias for both linears, ``b_ih + b_hh`` (a
+        new parameter, shared by the direction's steps)."""
+        params = dict(params)
+        if params["bias_ih"] is not None:
+            key = id(params["bias_ih"])
+            if key not in self._shared:
+                self._shared[key] = nn.Parameter(
+                    (params["bias_ih"] + params["bias_hh"]).detach().clone()
+                )
+            params["_bias"] = self._shared[key]
+        return params
+
     def forward(self, x, hx=None):
         # (indexing, not unbind / chunk: prepare inlines this forward on proxies)
         xs = [x[:, t] if self.batch_first else x[t] for t in range(self.length)]
@@ -195,15 +208,7 @@ class LSTMDecomposition(RecurrentDecomposition):
     op = "lstm"
 
     def cell(self, params, t, prefix, qconfig_for):
-        params = dict(params)
-        if params["bias_ih"] is not None:
-            # one bias for both linears: a new parameter, their sum
-            key = id(params["bias_ih"])
-            if key not in self._shared:
-                self._shared[key] = nn.Parameter(
-                    (params["bias_ih"] + params["bias_hh"]).detach().clone()
-                )
-            params["_bias"] = self._shared[key]
+        params = self._with_summed_bias(params)
         first = t == 0 and not self.given_state
         return _LSTMCell(params, first, self.hidden, prefix, qconfig_for)
 
@@ -316,14 +321,7 @@ class RNNDecomposition(RecurrentDecomposition):
         super().__init__(rnn, *args)
 
     def cell(self, params, t, prefix, qconfig_for):
-        params = dict(params)
-        if params["bias_ih"] is not None:  # one bias, the sum (as the LSTM's)
-            key = id(params["bias_ih"])
-            if key not in self._shared:
-                self._shared[key] = nn.Parameter(
-                    (params["bias_ih"] + params["bias_hh"]).detach().clone()
-                )
-            params["_bias"] = self._shared[key]
+        params = self._with_summed_bias(params)
         first = t == 0 and not self.given_state
         return _RNNCell(params, first, self.relu, prefix, qconfig_for)
 
