@@ -20,7 +20,7 @@ from torch import nn
 from zoo_stages import validated
 
 import hbir
-from hbir.quantization import export, pre_export
+from hbir.quantization import ConsistencyStrategy, export, pre_export
 
 
 class BevSampler(nn.Module):
@@ -73,13 +73,21 @@ HOWS = {
 }
 
 
-@pytest.mark.parametrize("how", sorted(HOWS))
+@pytest.mark.parametrize(
+    "how, level",
+    [(how, None) for how in sorted(HOWS)] + [("bilinear-zeros", 2)],
+    ids=[*sorted(HOWS), "bilinear-zeros-level2"],
+)
 @pytest.mark.parametrize("model", [BevSampler, DeformableSampler])
-def test_grid_sample_is_bit_identical_at_every_stage(model, how, tmp_path):
+def test_grid_sample_is_bit_identical_at_every_stage(model, how, level, tmp_path):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(5)
     inputs = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(3)]
-    qat = validated(model(HOWS[how]), inputs, tmp_path)
+    ConsistencyStrategy.set_consistency_level(level)
+    try:
+        qat = validated(model(HOWS[how]), inputs, tmp_path)
+    finally:
+        ConsistencyStrategy.set_consistency_level(None)
     qat_bc = export(qat, (inputs[0],))
     exported = pre_export(qat)
     quantized = hbir.convert(qat_bc, "nash-e")

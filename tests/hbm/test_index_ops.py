@@ -27,6 +27,7 @@ import hbir
 from hbir.compile import lower_to_npu
 from hbir.dialects import npu
 from hbir.quantization import (
+    ConsistencyStrategy,
     FakeQuantState,
     export,
     pre_export,
@@ -220,12 +221,17 @@ def _calibrated(model, inputs, out_dir):
     return qat
 
 
-def _stages(model, inputs, tmp_path):
-    """Every stage's outputs for every input: name -> [list of arrays]."""
-    if isinstance(inputs[0], torch.Tensor) and inputs[0].is_floating_point():
-        qat = validated(model, inputs, tmp_path)
-    else:
-        qat = _calibrated(model, inputs, tmp_path)
+def _stages(model, inputs, tmp_path, level=None):
+    """Every stage's outputs for every input: name -> [list of arrays]
+    (``level``: the consistency level prepare runs at)."""
+    ConsistencyStrategy.set_consistency_level(level)
+    try:
+        if isinstance(inputs[0], torch.Tensor) and inputs[0].is_floating_point():
+            qat = validated(model, inputs, tmp_path)
+        else:
+            qat = _calibrated(model, inputs, tmp_path)
+    finally:
+        ConsistencyStrategy.set_consistency_level(None)
     qat_bc = export(qat, _args(inputs[0]))
     exported = pre_export(qat)
     quantized = hbir.convert(qat_bc, "nash-e")
@@ -248,11 +254,12 @@ def _stages(model, inputs, tmp_path):
     return got, quantized, hbm
 
 
+@pytest.mark.parametrize("level", [None, 2], ids=["default", "level2"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_selection_and_indices_are_bit_identical_at_every_stage(name, tmp_path):
+def test_selection_and_indices_are_bit_identical_at_every_stage(name, level, tmp_path):
     make, inputs_of = CASES[name]
     torch.manual_seed(0)
-    got, quantized, hbm = _stages(make(), inputs_of(3), tmp_path)
+    got, quantized, hbm = _stages(make(), inputs_of(3), tmp_path, level)
     stages = list(got)
     for before, after in zip(stages, stages[1:], strict=False):
         for a_outputs, b_outputs in zip(got[before], got[after], strict=True):
