@@ -79,6 +79,14 @@ def _from_float(cls):
     return build
 
 
+def _module_max_pool2d(q, mod, x, *, fused_relu=None):
+    require(
+        not mod.return_indices,
+        "return_indices=True (the window's argmax positions, for MaxUnpool2d)",
+    )
+    return qat.MaxPool2d.from_float(mod, q()), (x,)
+
+
 def _module_lut(cls, **attrs):
     def build(q, mod, x, *, fused_relu=None):
         kwargs = {key: getattr(mod, name) for key, name in attrs.items()}
@@ -745,7 +753,7 @@ _MODULE_BUILDERS: dict[str, Callable] = {
     "conv2d": _weight_layer(qat.Conv2d),
     "conv_transpose2d": _weight_layer(qat.ConvTranspose2d),
     "linear": _weight_layer(qat.Linear),
-    "max_pool2d": _from_float(qat.MaxPool2d),
+    "max_pool2d": _module_max_pool2d,
     "avg_pool2d": _from_float(qat.AvgPool2d),
     "adaptive_avg_pool2d": _module_adaptive_avg_pool2d,
     "adaptive_max_pool2d": _module_adaptive_max_pool2d,
