@@ -416,10 +416,8 @@ class _GraphBuilder:
         ops that move, select or read with them (``_INDEX_READERS``)."""
         if not any(n in self.data_indices for n in node.all_input_nodes):
             return True
-        if node.op == "call_module":
-            return op_rules.module_rule(self.modules[node.target]) is not None and (
-                op_rules.module_rule(self.modules[node.target]).op in _INDEX_READERS
-            )
+        if node.op == "call_module":  # its rule takes or refuses what it is given
+            return op_rules.module_rule(self.modules[node.target]) is not None
         if node.target is functionalize.index_assign:
             return True  # the index of a scatter (_index_write checks the rest)
         entry = _entry_of(node)
@@ -427,6 +425,8 @@ class _GraphBuilder:
             return False
         if entry.op == "cast":  # .contiguous(); .float(): a value of scale 1
             return value_of(node).is_tensor
+        if entry.op == "where":  # a selection; where(cond) alone: a data-made count
+            return len(node.args) + len(node.kwargs) >= 3
         if entry.op in _INDEX_ARITHMETIC:  # on indices and numbers only
             data = any(self._is_data(n) for n in node.all_input_nodes)
             return not data and value_of(node).holds_index_tensor
