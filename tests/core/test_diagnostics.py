@@ -173,7 +173,14 @@ def test_error_on_a_long_line_quotes_120_characters():
             f"func.func @f(%x: tensor<2x{t}>) {{\n  func.return\n}}",
             f"element type {t} is not supported",
         )
-        for t in ("i1", "index", "si4", "f8E4M3FN", "complex<f32>")
+        for t in ("index", "si4", "f8E4M3FN", "complex<f32>")  # (i1: a mask input)
+    ]
+    + [
+        (  # a mask made by an op that computes on values
+            "func.func @f(%x: tensor<2xi1>) {\n  %y = hbir.relu %x : tensor<2xi1>\n"
+            "  func.return\n}",
+            "element type i1 is not supported",
+        )
     ],
 )
 def test_verifier_refuses_what_feed_could_not_run(text, message):
