@@ -514,7 +514,7 @@ OPS: tuple[OpEntry, ...] = (
         MOVE,
         ("torch.clone", "torch.detach")
         + ("Tensor.contiguous", "Tensor.clone", "Tensor.detach", "Tensor.float")
-        + ("Tensor.to", "Tensor.type_as"),
+        + ("Tensor.to", "Tensor.type_as", "Tensor.type", "Tensor.long"),
         PASSTHROUGH,
     ),
     OpEntry("dropout", None, MOVE, ("nn.Dropout", "F.dropout"), PASSTHROUGH),

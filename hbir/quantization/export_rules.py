@@ -543,9 +543,15 @@ def _transpose(ex: Exporter, node: fx.Node):
 
 
 def _to_same(ex: Exporter, node: fx.Node):
-    """contiguous / clone / detach / float / to / type_as: values unchanged."""
+    """contiguous / clone / detach / float / to / type_as / type / long: values
+    unchanged (indices stay i64; cast to float they become values)."""
     x = ex.tensor(node.args[0])
-    return ex.cast(x, ex.recorded[node].dtype)
+    dtype = ex.recorded[node].dtype
+    if hb.tensor_type(x).element_type == hb.INDEX and dtype == torch.int64:
+        return x
+    if not dtype.is_floating_point:
+        raise Unsupported(f"a cast to {dtype} (indices are int64)")
+    return ex.cast(x, dtype)
 
 
 def _getitem(ex: Exporter, node: fx.Node):

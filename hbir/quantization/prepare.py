@@ -350,6 +350,22 @@ class _GraphBuilder:
         if _is_field_read(node):  # ``torch.topk(...).indices``: the tuple's part
             node.target = operator.getitem
             node.args = (node.args[0], _RETURN_FIELDS[node.args[1]])
+        entry = _entry_of(node)
+        if (
+            entry is not None
+            and entry.op == "cast"
+            and value_of(node).holds_index_tensor
+            and any(
+                self.state.get(self.env.get(n)) == QUANT for n in node.all_input_nodes
+            )
+        ):
+            self._unsupported(
+                node,
+                "a cast of quantized values to integers (a truncation) has no "
+                "quantized form",
+            )
+            self._copy(node, node.args, node.kwargs, OTHER)
+            return
         if not self._reads_indices_as_it_may(node):
             self._unsupported(
                 node,
@@ -423,8 +439,11 @@ class _GraphBuilder:
         entry = _entry_of(node)
         if entry is None:
             return False
-        if entry.op == "cast":  # .contiguous(); .float(): a value of scale 1
-            return value_of(node).is_tensor
+        if entry.op == "cast":  # .contiguous(), .long(); .float(): a value of scale 1
+            dtype = value_of(node).dtype
+            return dtype is not None and (
+                dtype.is_floating_point or dtype == torch.int64
+            )
         if entry.op == "where":  # a selection; where(cond) alone: a data-made count
             return len(node.args) + len(node.kwargs) >= 3
         if entry.op in _INDEX_ARITHMETIC:  # on indices and numbers only

@@ -135,6 +135,37 @@ class PillarScatter(nn.Module):
         return self.bev(canvas.view(1, 8, self.ny, self.nx))
 
 
+class OpenPcdetScatter(nn.Module):
+    """PointPillars' scatter as OpenPCDet's ``PointPillarScatter`` writes it (one
+    sample): the flat index computed from the int64 pillar coordinates
+    ``(batch, z, y, x)``, ``.type(torch.long)``, the canvas written there."""
+
+    def __init__(self, nx: int = 6, ny: int = 5, c: int = 8):
+        super().__init__()
+        self.nx, self.ny, self.c = nx, ny, c
+        self.pfn = nn.Linear(4, c)
+        self.bev = nn.Conv2d(c, 4, 3, padding=1)
+
+    def forward(self, points, coords):
+        pillar_features = torch.relu(self.pfn(points)).amax(1)
+        spatial_feature = torch.zeros(self.c, self.nx * self.ny)
+        indices = coords[:, 1] + coords[:, 2] * self.nx + coords[:, 3]
+        indices = indices.type(torch.long)
+        spatial_feature[:, indices] = pillar_features.t()
+        return self.bev(spatial_feature.view(1, self.c, self.ny, self.nx))
+
+
+def _pillar_coords(n):
+    g = torch.Generator().manual_seed(7)
+    out = []
+    for _ in range(n):
+        flat = torch.randperm(30, generator=g)[:7]
+        zeros = torch.zeros(7, dtype=torch.long)
+        coords = torch.stack([zeros, zeros, flat // 6, flat % 6], 1)
+        out.append((torch.randn(7, 3, 4, generator=g), coords))
+    return out
+
+
 def _pillars(n):
     g = torch.Generator().manual_seed(7)
     return [
@@ -201,6 +232,7 @@ CASES = {
     "centernet_topk": (CenterNetTopk, _images),
     "token_model": (TokenModel, _ids),
     "pillar_scatter": (PillarScatter, _pillars),
+    "openpcdet_scatter": (OpenPcdetScatter, _pillar_coords),
     "masked": (Masked, _images),
     "padded_attention": (PaddedAttention, lambda n: _padded_ids(n)),
 }
@@ -380,6 +412,16 @@ class Unpooled(nn.Module):
     def forward(self, x):
         y, where = self.pool(self.conv(x))
         return self.unpool(y, where)
+
+
+class Truncated(nn.Module):
+    def forward(self, x):
+        return x.index_select(1, (x[0] * 3).long().clamp(0, 3))
+
+
+def test_a_cast_of_values_to_integers_is_refused_at_prepare(tmp_path):
+    with pytest.raises(hbir.HbirError, match="a cast of quantized values to integer"):
+        prepare(Truncated().eval(), (torch.randn(2, 4),), out_dir=tmp_path)
 
 
 def test_max_pool_indices_are_refused_at_prepare_with_the_line(tmp_path):

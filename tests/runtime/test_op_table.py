@@ -442,6 +442,11 @@ SAMPLES.update(
             lambda m, x: x.gather(0, x.topk(2, dim=0).indices),
             (4, 6),
         ),
+        "Tensor.type": _x4(lambda m, x: x.type(torch.float32) * 0.5),
+        "Tensor.long": (
+            lambda m, x: x.index_select(1, (x[0].argsort() % 3).long()),
+            (2, 8),
+        ),
         "F.grid_sample": _x4(
             lambda m, x: F.grid_sample(
                 x, torch.tanh(x[:, :2]).permute(0, 2, 3, 1) * 1.1, align_corners=True
