@@ -98,7 +98,7 @@ class CenterNetTopk(nn.Module):
         wh = self.wh(f).flatten(2).gather(2, where.unsqueeze(1).expand(-1, 2, -1))
         half_w, half_h = wh[:, 0] / 2, wh[:, 1] / 2
         boxes = torch.stack([xs - half_w, ys - half_h, xs + half_w, ys + half_h], -1)
-        return boxes, scores, classes, inds, scores > 0.3
+        return boxes, scores, classes, xs, inds, scores > 0.3
 
 
 class TokenModel(nn.Module):
@@ -315,7 +315,8 @@ class Ties(nn.Module):
 
     def forward(self, x):
         values, indices = torch.topk(x, 4, dim=1)
-        return values, indices, x.argmax(1), x.sort(dim=1, stable=False)[1]
+        order = x.sort(dim=1, stable=False)[1]
+        return values, indices, x.argmax(1), order, x  # x: the input on its grid
 
 
 def test_equal_values_are_ranked_by_index_in_every_stage(tmp_path):
@@ -325,15 +326,15 @@ def test_equal_values_are_ranked_by_index_in_every_stage(tmp_path):
     inputs = [x, x * -1.0, x.roll(3, 1)]
     got, _, _ = _stages(Ties(), inputs, tmp_path)
     for x, hbm_outputs in zip(inputs, got["hbm"], strict=True):
-        values, indices, argmax, order = hbm_outputs
+        values, indices, argmax, order, on_grid = hbm_outputs
         codes = x.numpy()  # values on the int8 grid of 1/127 steps keep their order
         want = np.argsort(-codes, axis=1, kind="stable")  # lower index first
         np.testing.assert_array_equal(indices, want[:, :4])
         np.testing.assert_array_equal(argmax, want[:, 0])
         np.testing.assert_array_equal(order, np.argsort(codes, axis=1, kind="stable"))
-        # the values are on the input's grid (1.0 is its top code, 127 / 127.5)
-        picked = np.take_along_axis(codes, want[:, :4], 1)
-        np.testing.assert_allclose(values, picked, atol=1 / 127)
+        # the values are the input's, on its grid, at those indices
+        picked = np.take_along_axis(on_grid, want[:, :4], 1)
+        np.testing.assert_array_equal(values, picked)
     # the planted ties are ones torch's own top-k orders differently
     assert not torch.equal(
         torch.topk(inputs[0], 4, dim=1).indices,
@@ -371,12 +372,11 @@ def test_centernet_s_classes_and_locations_are_its_flat_index_s(tmp_path):
     """The decoded class, x and y are the flat top-k index's, exactly, in
     model.hbm (a reference computed here from the index output)."""
     got, _, _ = _stages(CenterNetTopk(), _images(2, (2, 3, 8, 8)), tmp_path)
-    for boxes, scores, classes, inds, confident in got["hbm"]:
+    for _boxes, scores, classes, xs, inds, confident in got["hbm"]:
         assert confident.dtype == bool  # a mask output
         np.testing.assert_array_equal(confident, scores > np.float32(0.3))
         np.testing.assert_array_equal(classes, (inds // 64).astype(np.float32))
-        x_mid = (boxes[..., 0] + boxes[..., 2]) / 2
-        np.testing.assert_allclose(x_mid, inds % 8, atol=0.1)
+        np.testing.assert_array_equal(xs, (inds % 8).astype(np.float32))
 
 
 def test_arithmetic_on_integer_inputs_is_refused_at_prepare(tmp_path):
