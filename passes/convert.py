@@ -4,10 +4,12 @@ Runs, in order (each is its own pass, runnable alone through hbir-opt)::
 
     expand-fake-quant     const_fake_quant -> quantize + dequantize; constants folded
     check-march           ops the march cannot run are marked for the CPU
-    sink-dequantize       dequantize moves past data movement / max / concat
+    sink-dequantize       dequantize moves past data movement / max / concat /
+                          selection; comparisons and selects onto codes
     convert-gemm          conv, conv_transpose, linear, matmul -> int + requantize
     convert-elementwise   add / sub (common grid), mul (product) -> int + requantize
-    convert-pool          avg pool, global avg pool, mean, sum -> int + requantize
+    convert-pool          avg pool, global avg pool, mean, sum, bilinear resize,
+                          grid sample -> int + requantize
     convert-lut           table-configured nonlinear ops -> hbir.lut
     sink-dequantize       again, behind the freshly lowered ops
     fold-requantize       quantize(dequantize) -> requantize; dead ops removed

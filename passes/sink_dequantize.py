@@ -6,7 +6,12 @@ split, zero padding, max pool, reduce max, nearest resize and concat of one grid
 cast folds into the dequantize's result type (exact for codes up to 16 bits). A
 quantize of a concat is pushed into the concat's inputs (quantization is
 elementwise), so each input is requantized to the output grid by
-``fold-requantize``. Every rewrite computes the same numbers.
+``fold-requantize``. Selection runs on codes too (they are ordered as their
+values): top-k (values dequantized, indices as they are), argmax / argmin,
+gather, index_select, a write into a zero canvas (``index_copy``), comparisons
+(codes of one grid, integer thresholds for a constant, both scales for two grids)
+and ``select`` (a quantize pushed into its two values); a quantize of indices cast
+to float at scale 1 is an integer cast. Every rewrite computes the same numbers.
 
 Before::
 

@@ -12,7 +12,9 @@ must keep it below 2**53), then add the si32 bias in int64 and saturate to si32;
 elementwise ops and sums run in int64 and saturate to
 the result type; means and average pools divide an exact int64 sum once with
 ``numerics.divide_round`` (half-to-even). Quantization follows
-``runtime/numerics.py``, the single source of integer semantics.
+``runtime/numerics.py``, the single source of integer semantics; selection, index
+reads and writes, comparisons (``i64`` indices, ``i1`` masks) follow
+``runtime/selection.py``.
 
 Arrays use the element type's numpy dtype (``si8`` and ``i8`` -> int8, ``ui8`` ->
 uint8, ``f16`` -> float16, ...). numpy has no bfloat16, so ``bf16`` values travel as
@@ -353,8 +355,8 @@ def _select(op: hbir.SelectOp, mask, a, b) -> tuple[np.ndarray, ...]:
 
 def _index_copy(op: hbir.IndexCopyOp, x, index, source) -> tuple[np.ndarray, ...]:
     dim = op.dim.value.data
-    selection.check_index(index, x.shape[dim % x.ndim], op.name)
-    if _is_float(x):
+    if _is_float(x):  # (the codes' form checks the range itself)
+        selection.check_index(index, x.shape[dim % x.ndim], op.name)
         y = selection.index_copy(_t(x), dim, _t(index), _t(source))
         return (_float_out(op, y),)
     return (selection.index_copy_codes(x, index, source, dim),)

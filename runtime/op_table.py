@@ -75,7 +75,13 @@ def _ir(name: str, lowering: str, cpu: str | None = None) -> OpEntry:
     return OpEntry(name, name, lowering, (), NONE, cpu=cpu)
 
 
-_KINDS = ("eq", "ne", "gt", "ge", "lt", "le")  # comparisons (runtime/selection.py)
+# the comparisons, each a torch spelling and an hbir.compare kind
+COMPARE_KINDS = ("eq", "ne", "gt", "ge", "lt", "le")
+_COMPARISONS = tuple(
+    f"{root}.{kind}"
+    for root in ("operator", "torch", "Tensor")
+    for kind in COMPARE_KINDS
+)
 _METHODS_RESHAPE = ("view", "view_as", "reshape", "reshape_as", "flatten")
 _METHODS_RESHAPE += ("unflatten", "squeeze", "unsqueeze")
 
@@ -439,9 +445,7 @@ OPS: tuple[OpEntry, ...] = (
         "compare",
         "hbir.compare",
         MOVE,
-        tuple(
-            f"{root}.{k}" for root in ("operator", "torch", "Tensor") for k in _KINDS
-        ),
+        _COMPARISONS,
         PASSTHROUGH,
     ),
     OpEntry(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from hbir.errors import HbirError
+from hbir.runtime import op_table
 
 
 class IndexOutOfRangeError(HbirError, IndexError):
@@ -116,15 +117,14 @@ def _check_divisor(b: np.ndarray) -> None:
         raise IndexOutOfRangeError("integer division by zero")
 
 
-COMPARE_KINDS = ("eq", "ne", "gt", "ge", "lt", "le")
-_COMPARE = {
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-}
+COMPARE_KINDS = op_table.COMPARE_KINDS
+_COMPARE = dict(
+    zip(
+        COMPARE_KINDS,
+        (np.equal, np.not_equal, np.greater, np.greater_equal, np.less, np.less_equal),
+        strict=True,
+    )
+)
 
 
 def compare(kind: str, a: np.ndarray, b: np.ndarray, scales=None) -> np.ndarray:

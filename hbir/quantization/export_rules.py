@@ -22,8 +22,8 @@ from xdsl.ir import Operation, SSAValue
 from hbir.dialects import hbir as hb
 from hbir.dialects import qnt, shapes
 from hbir.quantization import lut_modules as lut
+from hbir.quantization import op_rules, stubs
 from hbir.quantization import qat_modules as qat
-from hbir.quantization import stubs
 from hbir.quantization.dtypes import qint32
 from hbir.quantization.export import Exporter, Unsupported, _is_number_value
 from hbir.quantization.options import current_options, using
@@ -1207,13 +1207,13 @@ _derive_passthrough()
 MODULE_IMPORTERS[qat.Embedding] = _embedding
 # builders that take integer constants as i64 operands (export does not fold them)
 INDEX_READERS = frozenset({_embedding, _gather, _index_select, _index_copy})
-# what prepare calls for torch's top-k and sort (runtime/selection.py)
+# what prepare calls for torch's top-k and sort: the torch function's importer
 FUNCTION_IMPORTERS |= {
-    selection.topk: _topk,
-    selection.sort: _sort,
-    selection.argsort: _sort,
-    selection.index_copy: _index_copy,
+    tied: FUNCTION_IMPORTERS[target]
+    for target, tied in op_rules.TIE_RULED.items()
+    if not isinstance(target, str)
 }
+FUNCTION_IMPORTERS[selection.index_copy] = _index_copy  # prepare's scatter
 
 
 def find(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[Builder | None, str]:

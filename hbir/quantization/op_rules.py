@@ -53,7 +53,7 @@ from hbir.quantization.rule_support import (
     require,
 )
 from hbir.quantization.spellings import resolve
-from hbir.runtime import numerics, op_table
+from hbir.runtime import numerics, op_table, selection
 
 
 @dataclass(frozen=True)
@@ -945,6 +945,16 @@ PASSTHROUGH_FUNCTIONS: set[Callable] = set()
 PASSTHROUGH_METHODS: set[str] = set()
 CONDITIONAL_PASSTHROUGH: dict[Callable, Callable[..., bool]] = {}
 CONDITIONAL_METHODS: dict[str, Callable[..., bool]] = {}
+# torch's top-k and sort leave the order of equal values open: prepare calls
+# runtime/selection.py's instead (function or method -> substitute)
+TIE_RULED: dict = {
+    torch.topk: selection.topk,
+    "topk": selection.topk,
+    torch.sort: selection.sort,
+    "sort": selection.sort,
+    torch.argsort: selection.argsort,
+    "argsort": selection.argsort,
+}
 # integer arithmetic prepare keeps on index tensors (never on values)
 INDEX_FUNCTIONS: set[Callable] = set()
 INDEX_METHODS: set[str] = set()

@@ -200,17 +200,6 @@ class _QconfigFor:
         return True
 
 
-# torch's top-k and sort leave the order of equal values open
-_TIE_RULED = {
-    torch.topk: selection.topk,
-    "topk": selection.topk,
-    torch.sort: selection.sort,
-    "sort": selection.sort,
-    torch.argsort: selection.argsort,
-    "argsort": selection.argsort,
-}
-
-
 # Integer arithmetic on indices (``idx % w``, ``idx // w``, ``idx * 4 + 1``).
 _INDEX_ARITHMETIC = frozenset({"add", "sub", "mul", "floor_divide", "remainder"})
 _INDEX_ARITHMETIC |= {"compare"}
@@ -408,21 +397,15 @@ class _GraphBuilder:
     def _index_stub(self, node: fx.Node) -> fx.Node:
         """Indices as values on the grid of scale 1, int16 (exact up to 32767: a
         fixed scale, no observer), so arithmetic with them is the usual."""
-        name = self._generated_name(node, "quant_stub")
-        qconfig = self.resolve(name, [qat.QuantStub, "quantize"])
-        fixed = qconfig.activation.replace(
-            dtype=qint16, observer=FixedScaleObserver, observer_kwargs={"scale": 1.0}
-        )
-        stub = qat.QuantStub(qconfig.replace(activation=fixed))
-        self._install(name, stub)
-        new = self.graph.call_module(name, (node,))
-        new.meta = dict(node.meta)
-        self.state[new] = QUANT
-        self.fake_quant_of[new] = stub.activation_post_process
-        self.report.generated_stubs.append(
-            (name, node.name, "indices as values (scale 1, int16)")
-        )
-        return new
+
+        def scale_one(activation):
+            return activation.replace(
+                dtype=qint16,
+                observer=FixedScaleObserver,
+                observer_kwargs={"scale": 1.0},
+            )
+
+        return self._stub(node, "indices as values (scale 1, int16)", scale_one)
 
     def _is_data(self, node: fx.Node) -> bool:
         return self.state.get(self.env.get(node)) in (QUANT, FLOAT)
@@ -579,7 +562,7 @@ class _GraphBuilder:
         (equal values in index order, as every engine selects them)."""
         new = self.graph.node_copy(node, self.env.__getitem__)
         if node.op in ("call_function", "call_method"):
-            tied = _TIE_RULED.get(node.target)
+            tied = op_rules.TIE_RULED.get(node.target)
             if tied is not None:
                 new.op, new.target = "call_function", tied
         return new
@@ -700,10 +683,15 @@ class _GraphBuilder:
             return self._stub(value, "float tensor used by a quantized op")
         return value
 
-    def _stub(self, node: fx.Node, reason: str) -> fx.Node:
+    def _stub(self, node: fx.Node, reason: str, activation=None) -> fx.Node:
+        """A generated QuantStub for ``node`` (``activation``: a change of its
+        qconfig's activation spec), one per node."""
         if node not in self.stub_for:
             name = self._generated_name(node, "quant_stub")
-            stub = qat.QuantStub(self.resolve(name, [qat.QuantStub, "quantize"]))
+            qconfig = self.resolve(name, [qat.QuantStub, "quantize"])
+            if activation is not None:
+                qconfig = qconfig.replace(activation=activation(qconfig.activation))
+            stub = qat.QuantStub(qconfig)
             self._install(name, stub)
             new = self.graph.call_module(name, (node,))
             new.meta = dict(node.meta)
