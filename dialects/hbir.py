@@ -1665,16 +1665,18 @@ class GlobalAvgPool2dOp(IRDLOperation):
 
 @irdl_op_definition
 class Resize2dOp(IRDLOperation):
-    """Resize H and W to ``size`` (torch ``interpolate``: nearest or bilinear).
+    """Resize H and W to ``size`` (torch ``interpolate``: nearest, bilinear or
+    bicubic).
 
     With ``scale`` the sampling positions follow torch's ``scale_factor`` (source
     index ``dst / scale``), which differs from ``in / out`` when the scale is not
     exact; ``size`` must then be ``floor(in * scale)``.
 
-    With ``weight_bits`` (bilinear, quantized models) the interpolation weights are
-    the NPU's: integers in units of ``2**-weight_bits`` (``numerics.bilinear_taps``,
-    ``numerics.resize_bilinear``). On float values the result is then the exact
-    interpolated value; on integer codes it is the exact weighted sum in units of
+    With ``weight_bits`` (bilinear or bicubic, quantized models) the interpolation
+    weights are the NPU's: integers in units of ``2**-weight_bits``
+    (``numerics.resize_taps``, ``numerics.resize_weighted``). On float values the
+    result is then the exact interpolated value; on integer codes it is the exact
+    weighted sum in units of
     ``2**-(2 * weight_bits)``, an si32 result that a requantization ends.
 
     ``%y = hbir.resize2d %x {size = array<i64: 16, 16>, mode = "bilinear",
@@ -1695,7 +1697,7 @@ class Resize2dOp(IRDLOperation):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = MAP_FORMAT
 
-    MODES: ClassVar = ("nearest", "bilinear")
+    MODES: ClassVar = ("nearest", "bilinear", "bicubic")
 
     def __init__(
         self,
@@ -1728,12 +1730,14 @@ class Resize2dOp(IRDLOperation):
                 f"mode must be one of {self.MODES}, got {self.mode.data!r}"
             )
         if self.align_corners.value.data and self.mode.data == "nearest":
-            raise VerifyException("align_corners applies only to bilinear mode")
+            raise VerifyException("align_corners does not apply to nearest mode")
         if self.weight_bits is not None:
-            from hbir.runtime.numerics import BILINEAR_BITS
+            from hbir.runtime.numerics import BILINEAR_BITS, RESIZE_WEIGHTED_MODES
 
-            if self.mode.data != "bilinear":
-                raise VerifyException("weight_bits applies only to bilinear mode")
+            if self.mode.data not in RESIZE_WEIGHTED_MODES:
+                raise VerifyException(
+                    f"weight_bits applies only to {RESIZE_WEIGHTED_MODES} modes"
+                )
             if self.weight_bits.value.data != BILINEAR_BITS:
                 raise VerifyException(
                     f"weight_bits must be {BILINEAR_BITS}, "

@@ -624,7 +624,8 @@ class PoolOp(PostProcessOp):
 
 @irdl_op_definition
 class ResizeOp(MapOp):
-    """Nearest / bilinear resize of NHWC codes (AAE), as ``hbir.resize2d``.
+    """Nearest / bilinear / bicubic resize of NHWC codes (AAE), as
+    ``hbir.resize2d``.
 
     ``%y = npu.resize %x {size = array<i64: 8, 8>, mode = "nearest"} :
     tensor<1x4x4x8xsi8> -> tensor<1x8x8x8xsi8>``

@@ -26,7 +26,7 @@ After (``%x`` dequantized from ``%xq`` at 0.5)::
     %q = qnt.requantize %0 {multiplier = array<i64: 1073741824>, shift =
         array<i64: 32>} : tensor<2xsi32> -> tensor<2xsi8>
 
-resize2d with the NPU's bilinear weights (``weight_bits``): the exact si32
+resize2d with the NPU's bilinear or bicubic weights (``weight_bits``): the exact si32
 weighted sum of the codes (units of ``2**-(2 * weight_bits)``) and one
 requantization by ``s_in * 2**-(2 * weight_bits) / s_out``.
 
@@ -121,7 +121,7 @@ class LowerPool(RewritePattern):
             resize = hbir.Resize2dOp(
                 codes.codes,
                 op.size.get_values(),
-                "bilinear",
+                op.mode.data,
                 op.align_corners.value.data,
                 None if op.scale is None else op.scale.get_values(),
                 op.weight_bits.value.data,

@@ -108,7 +108,7 @@ ELTWISE_KINDS = ("add", "sub", "mul", "maximum", "minimum")
 ELTWISE_KINDS += ("floor_divide", "remainder")  # of index tensors (int64)
 REDUCE_KINDS = ("sum", "max", "mean", "min")
 POOL_KINDS = ("max", "avg")
-RESIZE_MODES = ("nearest", "bilinear")
+RESIZE_MODES = ("nearest", "bilinear", "bicubic")
 _SIGNED = ("int8", "int16", "int32", "int64")
 _INTEGER = (*_SIGNED, "uint8", "uint16", "uint32")
 
@@ -412,15 +412,19 @@ def _check_resize(ins, code):
     n, h, w, c = _rank(x, 4, "input")
     _need(f["mode"] in RESIZE_MODES, f"mode {f['mode']!r}")
     _need(
-        not f["align_corners"] or f["mode"] == "bilinear",
-        "align_corners applies only to bilinear mode",
+        not f["align_corners"] or f["mode"] != "nearest",
+        "align_corners does not apply to nearest mode",
     )
     oh, ow = _ints(f, "size", 2, 1)
     _need(y.shape == (n, oh, ow, c), f"result shape {list(y.shape)}")
     if f["weight_bits"] == NONE:
+        _need(f["mode"] != "bicubic", "bicubic takes the NPU's weights (weight_bits)")
         _need(x.dtype == y.dtype, "resize keeps the dtype (without weight_bits)")
-    else:  # the NPU's bilinear: integer weights, exact si32 weighted sums
-        _need(f["mode"] == "bilinear", "weight_bits is for the bilinear NPU resize")
+    else:  # the NPU's bilinear / bicubic: integer weights, exact si32 sums
+        _need(
+            f["mode"] in numerics.RESIZE_WEIGHTED_MODES,
+            "weight_bits is for the bilinear / bicubic NPU resize",
+        )
         _need(
             f["weight_bits"] == numerics.BILINEAR_BITS,
             f"weight_bits must be {numerics.BILINEAR_BITS}, got {f['weight_bits']}",

@@ -25,7 +25,7 @@ Pools
 Resize
     nearest: a gather of codes at torch's source indices (exact). Integer bilinear
     without NPU weights: the float64 interpolation of the codes rounded once,
-    half-to-even (``np.rint``); with NPU weights ``numerics.resize_bilinear``.
+    half-to-even (``np.rint``); with NPU weights ``numerics.resize_weighted``.
 
 Padding here is ``(top, left, bottom, right)``; layouts are NCHW (the npu kernels
 transpose NHWC views in and out).
@@ -279,12 +279,18 @@ def resize_rint(interpolated: np.ndarray, bits: int) -> np.ndarray:
     return saturate(np.rint(interpolated).astype(np.int64), bits)
 
 
-def resize_bilinear_npu(x, size, corners: bool, scale, bits: int) -> np.ndarray:
-    """Bilinear with the NPU's integer weights (``numerics.resize_bilinear``)."""
+def resize_npu_taps(mode: str, in_hw, out_hw, corners: bool, scale) -> tuple:
+    """The NPU's taps along H and W (``numerics.resize_taps``); ``scale`` None or
+    the (H, W) scale factors."""
     scale = [None, None] if scale is None else list(scale)
-    (h, w), (oh, ow) = x.shape[2:], size
-    taps = (
-        numerics.bilinear_taps(h, oh, corners, scale[0]),
-        numerics.bilinear_taps(w, ow, corners, scale[1]),
+    return tuple(
+        numerics.resize_taps(mode, n, out, corners, s)
+        for n, out, s in zip(in_hw, out_hw, scale, strict=True)
     )
-    return saturate(numerics.resize_bilinear(np.asarray(x, np.int64), *taps), bits)
+
+
+def resize_npu(x, mode: str, size, corners: bool, scale, bits: int) -> np.ndarray:
+    """Bilinear / bicubic with the NPU's integer weights
+    (``numerics.resize_weighted``): the exact weighted sums, saturated."""
+    taps = resize_npu_taps(mode, x.shape[2:], size, corners, scale)
+    return saturate(numerics.resize_weighted(np.asarray(x, np.int64), *taps), bits)

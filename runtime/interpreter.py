@@ -608,9 +608,9 @@ def _resize2d(
     at ``dst / scale``), otherwise ``size`` (samples at ``dst * in / out``).
     """
     mode = op.mode.data
-    corners = bool(op.align_corners.value.data) if mode == "bilinear" else None
+    corners = bool(op.align_corners.value.data) if mode != "nearest" else None
     if op.weight_bits is not None:
-        return (_npu_bilinear(op, x, corners, rounding),)
+        return (_npu_weighted(op, x, corners, rounding),)
     if op.scale is not None:
         how = {"scale_factor": tuple(op.scale.get_values())}
     else:
@@ -622,25 +622,22 @@ def _resize2d(
     return (_int_out(op, integer_ops.resize_rint(y, result_bits(op))),)
 
 
-def _npu_bilinear(
+def _npu_weighted(
     op: hbir.Resize2dOp, x: np.ndarray, corners: bool, rounding: str
 ) -> np.ndarray:
-    """Bilinear with the NPU's integer weights (``numerics.resize_bilinear``);
-    marked ``qnt.exact``: the integer pipeline's numbers
-    (``numerics.fixed_point_resize``)."""
-    scale = [None, None] if op.scale is None else list(op.scale.get_values())
-    (h, w), (oh, ow) = x.shape[2:], op.size.get_values()
-    taps = (
-        numerics.bilinear_taps(h, oh, corners, scale[0]),
-        numerics.bilinear_taps(w, ow, corners, scale[1]),
-    )
-    if _is_float(x) and qnt.EXACT in op.attributes:
-        y = numerics.fixed_point_resize(exact_grids(op), x, *taps, rounding)
-        return y.astype(numpy_dtype(_element(op.output)))
+    """Bilinear / bicubic with the NPU's integer weights
+    (``numerics.resize_weighted``); marked ``qnt.exact``: the integer pipeline's
+    numbers (``numerics.fixed_point_resize``)."""
+    mode, size = op.mode.data, tuple(op.size.get_values())
+    scale = None if op.scale is None else list(op.scale.get_values())
     if _is_float(x):
-        y = numerics.resize_bilinear(x.astype(np.float64), *taps)
+        taps = integer_ops.resize_npu_taps(mode, x.shape[2:], size, corners, scale)
+        if qnt.EXACT in op.attributes:
+            y = numerics.fixed_point_resize(exact_grids(op), x, *taps, rounding)
+        else:
+            y = numerics.resize_weighted(x.astype(np.float64), *taps)
         return y.astype(numpy_dtype(_element(op.output)))
-    y = integer_ops.resize_bilinear_npu(x, (oh, ow), corners, scale, result_bits(op))
+    y = integer_ops.resize_npu(x, mode, size, corners, scale, result_bits(op))
     return _int_out(op, y)
 
 

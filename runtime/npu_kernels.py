@@ -307,11 +307,11 @@ def pool(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
 def resize(f: Fields, out: Out, x) -> np.ndarray:
     xt = np.transpose(x, _NCHW)
     mode, size, scale = f["mode"], tuple(f["size"]), f["scale"]
-    corners = f["align_corners"] if mode == "bilinear" else None
+    corners = f["align_corners"] if mode != "nearest" else None
     bits = np.dtype(out[1]).itemsize * 8
     if f["weight_bits"] != NONE:
-        y = integer_ops.resize_bilinear_npu(
-            xt, size, corners, list(scale) if scale else None, bits
+        y = integer_ops.resize_npu(
+            xt, mode, size, corners, list(scale) if scale else None, bits
         )
     else:
         how = {"scale_factor": tuple(scale)} if scale else {"size": size}

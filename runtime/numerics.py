@@ -942,55 +942,121 @@ def _round_up(floor, twice_rem, den, mode: str):
     return floor + up
 
 
-# ----------------------------------------------------------------- bilinear resize
+# ----------------------------------------------------------------- weighted resize
 
 # Interpolation weights are integers in units of 2**-BILINEAR_BITS: each output is
 # sum(wy * wx * q) in units of 2**-(2 * BILINEAR_BITS), exact in int32 for int16
-# codes, and exact in float64 for values q * s with a float32 scale s (the sum is
-# an integer below 2**29 times s * 2**-14: 53 bits), so the QAT forward, the
-# interpreter and the integer pipeline compute the same number.
+# codes (bicubic's weights sum to at most 176 in absolute value per dim, so
+# 176**2 * 2**15 < 2**31), and exact in float64 for values q * s with a float32
+# scale s (the sum is an integer below 2**30 times s * 2**-14: 53 bits), so the QAT
+# forward, the interpreter and the integer pipeline compute the same number.
 BILINEAR_BITS = 7
+RESIZE_WEIGHTED_MODES = ("bilinear", "bicubic")
+CUBIC_A = -0.75  # torch's (and OpenCV's) cubic convolution coefficient
+
+
+def _source_coordinate(
+    in_size: int, out_size: int, align_corners: bool, scale: float | None
+) -> np.ndarray:
+    """torch's source coordinate of each output index (``area_pixel_compute_source
+    _index``, unclamped): ``(dst + 0.5) * s - 0.5`` with ``s = 1 / scale`` when a
+    scale factor is given and ``in / out`` otherwise, or ``dst * (in - 1) /
+    (out - 1)`` with ``align_corners``."""
+    dst = np.arange(out_size, dtype=np.float64)
+    if align_corners:
+        return dst * ((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0)
+    ratio = 1.0 / scale if scale is not None else in_size / out_size
+    return (dst + 0.5) * ratio - 0.5
 
 
 def bilinear_taps(
     in_size: int, out_size: int, align_corners: bool, scale: float | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(low index, high index, high weight in 2**-BILINEAR_BITS) per output index.
+) -> tuple[np.ndarray, np.ndarray]:
+    """(source indices ``[out, 2]``, weights ``[out, 2]`` in 2**-BILINEAR_BITS).
 
-    The source coordinate is torch's (``F.interpolate(mode="bilinear")``):
-    ``(dst + 0.5) * s - 0.5`` clamped at 0, with ``s = 1 / scale`` when a scale
-    factor is given and ``in / out`` otherwise, or ``dst * (in - 1) / (out - 1)``
-    with ``align_corners``; the fraction is rounded half to even to the weight grid.
+    The source coordinate is torch's (``F.interpolate(mode="bilinear")``, clamped
+    at 0); the fraction is rounded half to even to the weight grid, the low
+    neighbour takes the rest, so each row sums to one exactly.
     """
-    dst = np.arange(out_size, dtype=np.float64)
-    if align_corners:
-        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
-        src = dst * ratio
-    else:
-        ratio = 1.0 / scale if scale is not None else in_size / out_size
-        src = np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
+    src = np.maximum(_source_coordinate(in_size, out_size, align_corners, scale), 0)
     low = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
     high = np.minimum(low + 1, in_size - 1)
     one = 1 << BILINEAR_BITS
     weight = round_float((src - low) * one).astype(np.int64).clip(0, one)
-    return low, high, weight
+    return np.stack([low, high], 1), np.stack([one - weight, weight], 1)
 
 
-def resize_bilinear(x: np.ndarray, taps_h: tuple, taps_w: tuple) -> np.ndarray:
-    """``sum(wy * wx * x)`` over the four neighbours, weights in 2**-BILINEAR_BITS:
+def _cubic_weights(t: np.ndarray) -> np.ndarray:
+    """torch's cubic convolution weights ``[len(t), 4]`` of the neighbours at
+    offsets -1, 0, 1, 2 from the floor of the source coordinate (``t`` its
+    fraction), with ``CUBIC_A``."""
+    a = CUBIC_A
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], 1)
+
+
+def bicubic_taps(
+    in_size: int, out_size: int, align_corners: bool, scale: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(source indices ``[out, 4]``, weights ``[out, 4]`` in 2**-BILINEAR_BITS).
+
+    torch's ``F.interpolate(mode="bicubic")``: the unclamped source coordinate,
+    the four neighbours from one below its floor, each index clamped to the
+    input (the border repeats); each weight rounded half to even to the weight
+    grid, and the nearer of the two middle neighbours takes what rounding left,
+    so each row sums to one exactly.
+    """
+    src = _source_coordinate(in_size, out_size, align_corners, scale)
+    floor = np.floor(src)
+    t = src - floor
+    index = (floor.astype(np.int64)[:, None] + np.arange(-1, 3)).clip(0, in_size - 1)
+    one = 1 << BILINEAR_BITS
+    weight = round_float(_cubic_weights(t) * one).astype(np.int64)
+    nearer = np.where(t <= 0.5, 1, 2)
+    weight[np.arange(out_size), nearer] += one - weight.sum(1)
+    return index, weight
+
+
+def resize_taps(
+    mode: str,
+    in_size: int,
+    out_size: int,
+    align_corners: bool,
+    scale: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The NPU's taps of a weighted resize along one dim (``mode`` one of
+    ``RESIZE_WEIGHTED_MODES``)."""
+    if mode == "bilinear":
+        return bilinear_taps(in_size, out_size, align_corners, scale)
+    if mode == "bicubic":
+        return bicubic_taps(in_size, out_size, align_corners, scale)
+    raise ValueError(f"no NPU weights for resize mode {mode!r}")
+
+
+def resize_weighted(x: np.ndarray, taps_h: tuple, taps_w: tuple) -> np.ndarray:
+    """``sum(wy * wx * x)`` over the neighbours, weights in 2**-BILINEAR_BITS:
     int64 codes give the exact sum in units of 2**-(2 * BILINEAR_BITS); float64
     values give the interpolated value itself."""
     one = 1 << BILINEAR_BITS
 
     def along(v: np.ndarray, taps: tuple, axis: int) -> np.ndarray:
-        low, high, weight = taps
+        index, weight = taps
         shape = [1] * v.ndim
         shape[axis] = -1
-        w = weight.reshape(shape)
-        lo, hi = np.take(v, low, axis=axis), np.take(v, high, axis=axis)
+        total = 0
+        for k in range(index.shape[1]):
+            total = total + np.take(v, index[:, k], axis=axis) * weight[:, k].reshape(
+                shape
+            )
         if np.issubdtype(v.dtype, np.integer):
-            return lo * (one - w) + hi * w
-        return (lo * (one - w) + hi * w) / one  # exact: a power of two
+            return total
+        return total / one  # exact: a power of two
 
     return along(along(x, taps_h, x.ndim - 2), taps_w, x.ndim - 1)
 
@@ -998,14 +1064,15 @@ def resize_bilinear(x: np.ndarray, taps_h: tuple, taps_w: tuple) -> np.ndarray:
 def fixed_point_resize(
     grids: Grids, x: np.ndarray, taps_h: tuple, taps_w: tuple, mode: str = HALF_EVEN
 ) -> np.ndarray:
-    """What the integer pipeline computes for a quantized bilinear resize with the
-    NPU's weights, as float32 values ``q * s_out``: the exact weighted sum of the
-    codes (``resize_bilinear``, units of ``2**-(2 * BILINEAR_BITS)``: within 32
-    bits for 16-bit codes), one requantization by
+    """What the integer pipeline computes for a quantized bilinear or bicubic
+    resize with the NPU's weights, as float32 values ``q * s_out``: the exact
+    weighted sum of the codes (``resize_weighted``, units of
+    ``2**-(2 * BILINEAR_BITS)``: within 32 bits for 16-bit codes), one
+    requantization by
     ``s_in * 2**-(2 * BILINEAR_BITS) * fl32(1 / s_out)``."""
     s_in, bits = grids.x_scale, grids.x_bits
     q = codes_on_grid(x, s_in, bits).astype(np.int64)
-    acc = saturate(resize_bilinear(q, taps_h, taps_w), 32)
+    acc = saturate(resize_weighted(q, taps_h, taps_w), 32)
     real = np.float64(np.float32(s_in)) * 2.0 ** (-2 * BILINEAR_BITS)
     m, shift = requantize_multipliers(real * inv_scale(grids.out_scale))
     out = requantize(acc, m, shift, 0, *qrange(grids.out_bits), mode=mode)

@@ -1047,7 +1047,7 @@ def _interpolate(ex: Exporter, node: fx.Node):
     scale = _arg(node, 2, "scale_factor", None)
     if _arg(node, 5, "recompute_scale_factor", None):
         scale = None
-    if mode not in ("nearest", "bilinear"):
+    if mode not in hb.Resize2dOp.MODES:
         raise Unsupported(f"interpolate mode {mode!r}")
     size = ex.recorded_shape(node)[2:]
     scales = None if scale is None else [float(s) for s in _pair_float(scale)]
@@ -1055,9 +1055,9 @@ def _interpolate(ex: Exporter, node: fx.Node):
 
 
 def _resize_module(ex: Exporter, node: fx.Node):
-    """Bilinear with the NPU's weights: marked ``qnt.exact`` on the float32 input
-    when the module computes the integer pipeline's numbers, else in float64 on
-    the exact input values, as the module computes it."""
+    """Bilinear / bicubic with the NPU's weights: marked ``qnt.exact`` on the
+    float32 input when the module computes the integer pipeline's numbers, else
+    in float64 on the exact input values, as the module computes it."""
     mod = _module(ex, node)
     (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
     dtype = ex.dtype(x)

@@ -213,7 +213,10 @@ def _resize(
     recompute_scale_factor=None,
     antialias=False,
 ):
-    require(mode == "bilinear", f"mode={mode!r} (nearest and bilinear)")
+    require(
+        mode in numerics.RESIZE_WEIGHTED_MODES,
+        f"mode={mode!r} (nearest, bilinear and bicubic)",
+    )
     require(not antialias, "antialias=True")
     require(rank(input) == 4, "inputs that are not N x C x H x W")
     require(not recompute_scale_factor, "recompute_scale_factor=True")

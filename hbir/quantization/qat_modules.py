@@ -807,9 +807,9 @@ def _pair(v) -> tuple:
 
 
 class Resize(QATModule):
-    """Bilinear ``F.interpolate``: values off the input grid, so its own output
-    fake quant. It interpolates the input's exact values ``q * s`` with the NPU's
-    integer weights (``numerics.bilinear_taps``, in units of 2**-7) in float64;
+    """Bilinear or bicubic ``F.interpolate``: values off the input grid, so its own
+    output fake quant. It interpolates the input's exact values ``q * s`` with the
+    NPU's integer weights (``numerics.resize_taps``, in units of 2**-7) in float64;
     in VALIDATION it computes the integer pipeline's numbers
     (``numerics.fixed_point_resize``: the exact integer sum, one 31-bit
     requantization), so deployment computes the same codes even at a tie."""
@@ -850,7 +850,7 @@ class Resize(QATModule):
         dtype, (y,) = x.dtype, _exact_values([x], self.input_fake_quants())
         corners = bool(self.align_corners)
         taps = [
-            numerics.bilinear_taps(x.shape[dim], out, corners, scale)
+            numerics.resize_taps(self.mode, x.shape[dim], out, corners, scale)
             for dim, out, scale in zip(
                 (2, 3), self.output_size(x, size), self.scales(), strict=True
             )
@@ -923,14 +923,15 @@ class GridSample(QATModule):
 
 
 def _interpolate_along(y: torch.Tensor, dim: int, taps) -> torch.Tensor:
-    """``numerics.resize_bilinear`` along one dim, in torch (for gradients)."""
-    low, high, weight = (torch.from_numpy(t) for t in taps)
-    one = 1 << numerics.BILINEAR_BITS
+    """``numerics.resize_weighted`` along one dim, in torch (for gradients)."""
+    index, weight = (torch.from_numpy(t) for t in taps)
     shape = [1] * y.dim()
     shape[dim] = -1
-    w = weight.to(y.dtype).reshape(shape)
-    lo, hi = y.index_select(dim, low), y.index_select(dim, high)
-    return (lo * (one - w) + hi * w) / one
+    total = 0
+    for k in range(index.shape[1]):
+        w = weight[:, k].to(y.dtype).reshape(shape)
+        total = total + y.index_select(dim, index[:, k]) * w
+    return total / (1 << numerics.BILINEAR_BITS)
 
 
 # ----------------------------------------------------------------- elementwise

@@ -410,12 +410,72 @@ def test_bilinear_taps_match_torch_where_its_weights_are_dyadic():
     x = torch.from_numpy(q.astype(np.float64))
     want = F.interpolate(x, scale_factor=2.0, mode="bilinear").numpy()
     taps = [numerics.bilinear_taps(n, 2 * n, False, 2.0) for n in (5, 7)]
-    got = numerics.resize_bilinear(q.astype(np.float64), *taps)
+    got = numerics.resize_weighted(q.astype(np.float64), *taps)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
-    acc = numerics.resize_bilinear(q.astype(np.int64), *taps)
+    acc = numerics.resize_weighted(q.astype(np.int64), *taps)
     np.testing.assert_array_equal(acc, got * 2 ** (2 * numerics.BILINEAR_BITS))
-    low, high, weight = numerics.bilinear_taps(5, 10, False, 2.0)
-    assert list(weight[:4]) == [0, 32, 96, 32] and low[-1] == high[-1] == 4
+    index, weight = numerics.bilinear_taps(5, 10, False, 2.0)
+    assert list(weight[:4, 1]) == [0, 32, 96, 32] and list(index[-1]) == [4, 4]
+
+
+def test_bicubic_taps_match_torch_where_its_weights_are_dyadic():
+    """Halving (source fraction 1/2: weights -3/32, 19/32, 19/32, -3/32) and
+    align_corners at (in - 1) / (out - 1) = 1/2 (fractions 0 and 1/2): the NPU's
+    integer weights are torch's cubic convolution weights exactly, the borders
+    clamped as torch clamps them; the integer sum is 2**14 times the float one."""
+    import torch
+    import torch.nn.functional as F
+
+    q = np.random.default_rng(1).integers(-128, 128, (1, 2, 8, 6))
+    x = torch.from_numpy(q.astype(np.float64))
+    for how, out, corners, scale in (
+        ({"scale_factor": 0.5}, (4, 3), False, 0.5),
+        ({"size": (15, 11), "align_corners": True}, (15, 11), True, None),
+    ):
+        want = F.interpolate(x, mode="bicubic", **how).numpy()
+        taps = [
+            numerics.resize_taps("bicubic", n, m, corners, scale)
+            for n, m in zip(q.shape[2:], out, strict=True)
+        ]
+        got = numerics.resize_weighted(q.astype(np.float64), *taps)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+        acc = numerics.resize_weighted(q.astype(np.int64), *taps)
+        np.testing.assert_array_equal(acc, got * 2 ** (2 * numerics.BILINEAR_BITS))
+    index, weight = numerics.bicubic_taps(8, 4, False, 0.5)
+    assert list(weight[0]) == [-12, 76, 76, -12] and list(index[0]) == [0, 0, 1, 2]
+    assert list(index[-1]) == [5, 6, 7, 7]
+
+
+@pytest.mark.parametrize("corners", [False, True])
+def test_bicubic_weights_are_torchs_rounded_to_the_weight_grid(corners):
+    """At any scale each row of weights sums to one and is within half a weight
+    step of torch's cubic convolution weight (the nearer middle neighbour may
+    take one more step, what rounding left): the interpolation of codes stays
+    within that bound of torch's float64 bicubic."""
+    import torch
+    import torch.nn.functional as F
+
+    one = 1 << numerics.BILINEAR_BITS
+    q = np.random.default_rng(2).integers(-128, 128, (1, 1, 9, 7))
+    for out in ((5, 4), (13, 17), (20, 3)):
+        taps = [
+            numerics.resize_taps("bicubic", n, m, corners, None)
+            for n, m in zip(q.shape[2:], out, strict=True)
+        ]
+        for _, weight in taps:
+            assert (weight.sum(1) == one).all()
+        want = F.interpolate(
+            torch.from_numpy(q.astype(np.float64)),
+            out,
+            mode="bicubic",
+            align_corners=corners,
+        ).numpy()
+        got = numerics.resize_weighted(q.astype(np.float64), *taps)
+        # per dim: 4 weights off by at most 1.5 steps together with the rest
+        # (|w| sums to at most 176 steps); two dims, codes below 128
+        step = 2.0 / one
+        bound = 128 * (step * 176 / one + step * 176 / one + step * step)
+        assert np.abs(got - want).max() <= bound
 
 
 def test_requantize_multipliers_match_the_scalar_split_and_the_real_factor():

@@ -1,0 +1,122 @@
+"""Bicubic ``F.interpolate`` / ``nn.Upsample`` through every stage to model.hbm.
+
+The integer semantics (``numerics.bicubic_taps``: torch's cubic convolution
+weights rounded to the NPU's 2**-7 grid, the border clamped as torch clamps it)
+are checked against torch in ``tests/runtime/test_numerics.py``; here each
+spelling goes through prepare, calibration, pre_export, export (qat.bc ==
+qat.export.pt), convert (quantized.bc == qat.bc) and compile (model.hbm loaded
+back == quantized.bc), the resize on the NPU's AAE and no CPU island but the
+edges, at the default consistency level and at level 2.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from zoo_stages import validated
+
+import hbir
+from hbir.quantization import ConsistencyStrategy, export, pre_export
+
+
+class _Resized(nn.Module):
+    """quant -> conv -> relu -> ``resize`` -> conv -> dequant."""
+
+    def __init__(self, resize):
+        super().__init__()
+        from hbir.quantization import DeQuantStub, QuantStub
+
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Conv2d(4, 2, 1)
+        self.resize = resize
+
+    def forward(self, x):
+        y = F.relu(self.conv(self.quant(x)))
+        return self.dequant(self.head(self.resize(self, y)))
+
+
+class _UpsampleModule(_Resized):
+    def __init__(self, module):
+        super().__init__(lambda m, y: m.up(y))
+        self.up = module
+
+
+GRAPHS = {
+    "bicubic-scale-2": lambda: _Resized(
+        lambda m, y: F.interpolate(y, scale_factor=2.0, mode="bicubic")
+    ),
+    "bicubic-size-align-corners": lambda: _Resized(
+        lambda m, y: F.interpolate(y, size=(13, 7), mode="bicubic", align_corners=True)
+    ),
+    "bicubic-down": lambda: _Resized(
+        lambda m, y: F.interpolate(y, size=(5, 4), mode="bicubic")
+    ),
+    "bicubic-size-from-the-graph": lambda: _Resized(
+        lambda m, y: F.interpolate(y[..., ::2, ::2], size=y.shape[-2:], mode="bicubic")
+    ),
+    "upsample-bicubic-module": lambda: _UpsampleModule(
+        nn.Upsample(scale_factor=2, mode="bicubic", align_corners=False)
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name, level",
+    [(name, None) for name in sorted(GRAPHS)] + [("bicubic-scale-2", 2)],
+    ids=[*sorted(GRAPHS), "bicubic-scale-2-level2"],
+)
+def test_bicubic_is_bit_identical_at_every_stage(name, level, tmp_path):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(2, 3, 8, 6, generator=g) for _ in range(3)]
+    ConsistencyStrategy.set_consistency_level(level)
+    try:
+        qat = validated(GRAPHS[name](), inputs, tmp_path)
+    finally:
+        ConsistencyStrategy.set_consistency_level(None)
+    qat_bc = export(qat, (inputs[0],))
+    assert '"bicubic"' in qat_bc.module.get_asm()
+    exported = pre_export(qat)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    hbm = hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
+    loaded = hbir.load(str(tmp_path / "model.hbm"))
+    for x in inputs:
+        feed = {"_input_0": x.numpy()}
+        with torch.no_grad():
+            want = exported(x).numpy()
+        bc = qat_bc["forward"].feed(feed)["_output_0"]
+        assert bc.tobytes() == want.tobytes(), "qat.bc differs from qat.export.pt"
+        q = quantized["forward"].feed(feed, reference=True)["_output_0"]
+        np.testing.assert_array_equal(q, bc, "quantized.bc differs from qat.bc")
+        got = loaded["forward"].feed(feed)["_output_0"]
+        assert got.tobytes() == q.tobytes(), "model.hbm differs from quantized.bc"
+    units = [
+        (debug.op, instruction.unit)
+        for code in hbm.program.functions
+        for instruction, debug in zip(code.instructions, code.debug, strict=True)
+    ]
+    assert ("hbir.resize2d", "aae") in units
+    on_cpu = {op for op, unit in units if unit == "cpu"}
+    assert on_cpu <= {"qnt.quantize", "qnt.dequantize"}, on_cpu
+
+
+def test_the_qat_model_is_torchs_bicubic_up_to_the_weight_grid(tmp_path):
+    """With fake quantization off, the prepared model's bicubic differs from the
+    float model's only by the NPU's weights (each within a step of 2**-7 of
+    torch's): a relative bound on the resized values, never a different mode."""
+    from hbir.quantization import FakeQuantState, set_fake_quantize
+
+    torch.manual_seed(0)
+    model = GRAPHS["bicubic-scale-2"]().eval()
+    x = torch.randn(2, 3, 8, 6)
+    qat = validated(model, [x], tmp_path)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)  # observes, no fake quant
+    with torch.no_grad():
+        want, got = model(x), qat(x)
+        nearest = F.interpolate(F.relu(model.conv(x)), scale_factor=2.0, mode="nearest")
+        far = (model.head(nearest) - want).abs().max()
+    err = (got - want).abs().max()
+    assert err <= 0.05 * want.abs().max(), (err, want.abs().max())
+    assert err < far / 4  # closer to torch's bicubic than another mode is
