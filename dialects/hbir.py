@@ -1593,6 +1593,113 @@ class MaxPool2dOp(Pool2dOp):
 
 
 @irdl_op_definition
+class MaxPool2dIndicesOp(Pool2dOp):
+    """The i64 positions of a max pooling's maxima (``F.max_pool2d(...,
+    return_indices=True)[1]``): per window the flat ``h * W + w`` of its first
+    maximum in row-major order, padding never chosen
+    (``selection.max_pool_indices``; exact on codes, which are ordered as the
+    values they stand for).
+
+    ``%i = hbir.max_pool2d_indices %x {kernel = array<i64: 2, 2>, stride =
+    array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} :
+    tensor<1x4x8x8xf32> -> tensor<1x4x4x4xi64>``
+    """
+
+    name = "hbir.max_pool2d_indices"
+
+    dilation = prop_def(DenseArrayBase[I64])
+
+    def __init__(
+        self,
+        input: Value,
+        kernel: Sequence[int],
+        stride: Sequence[int],
+        padding: Sequence[int],
+        dilation: Sequence[int],
+        ceil_mode: bool,
+    ):
+        shape = shapes.pool2d(
+            shape_of(input), kernel, stride, padding, dilation, ceil_mode
+        )
+        super().__init__(
+            operands=[input],
+            result_types=[with_shape(input, shape, INDEX)],
+            properties={
+                "kernel": ints(kernel),
+                "stride": ints(stride),
+                "padding": ints(padding),
+                "dilation": ints(dilation),
+                "ceil_mode": BoolAttr.from_bool(ceil_mode),
+            },
+        )
+
+    def _dilation(self) -> tuple[int, int]:
+        return _values(self.dilation)
+
+    def verify_(self) -> None:
+        _check_index_type(self.output, "the result")
+        _expect_shape(
+            self,
+            shapes.pool2d,
+            shape_of(self.input),
+            _values(self.kernel),
+            _values(self.stride),
+            _values(self.padding),
+            self._dilation(),
+            self.ceil_mode.value.data,
+        )
+
+
+@irdl_op_definition
+class MaxUnpool2dOp(IRDLOperation):
+    """``F.max_unpool2d``: zeros of H x W ``size`` per channel, each input
+    element written at its i64 flat ``h * W + w`` index (of repeated indices the
+    last in row-major order wins; ``selection.max_unpool``). Zero is a code on
+    every grid, so it moves codes as it moves values.
+
+    ``%y = hbir.max_unpool2d %x, %i {size = array<i64: 8, 8>} :
+    (tensor<1x4x4x4xf32>, tensor<1x4x4x4xi64>) -> tensor<1x4x8x8xf32>``
+    """
+
+    name = "hbir.max_unpool2d"
+
+    input = operand_def(AnyTensorTypeConstr)
+    indices = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    size = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $indices attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(self, input: Value, indices: Value, size: Sequence[int]):
+        shape = (*shape_of(input)[:2], *size)
+        super().__init__(
+            operands=[input, indices],
+            result_types=[with_shape(input, shape)],
+            properties={"size": ints(size)},
+        )
+
+    def verify_(self) -> None:
+        _same_element_types(self, self.input, self.output)
+        _check_index_type(self.indices, "indices")
+        x = shape_of(self.input)
+        if len(x) != 4:
+            raise VerifyException(f"input has {len(x)} dims, expected 4")
+        if shape_of(self.indices) != x:
+            raise VerifyException(
+                f"indices shape {list(shape_of(self.indices))}, expected {list(x)}"
+            )
+        size = _values(self.size)
+        if len(size) != 2 or min(size) < 1:
+            raise VerifyException(f"size must be 2 positive values, got {list(size)}")
+        if shape_of(self.output) != (*x[:2], *size):
+            raise VerifyException(f"expected result shape {(*x[:2], *size)}")
+
+
+@irdl_op_definition
 class AvgPool2dOp(Pool2dOp):
     """Average pooling; integers: exact window sum, one half-to-even division.
 
@@ -2567,6 +2674,8 @@ HBIR = Dialect(
         LinearOp,
         MatmulOp,
         MaxPool2dOp,
+        MaxPool2dIndicesOp,
+        MaxUnpool2dOp,
         AvgPool2dOp,
         GlobalAvgPool2dOp,
         Resize2dOp,

@@ -864,6 +864,59 @@ class IndexCopyOp(IndexCopyOperands, OpcodeOp):
         return "index_copy", {"dim": _in_rank(self.dim.value.data, rank)}
 
 
+@irdl_op_definition
+class MaxPoolIndicesOp(MapOp):
+    """The int64 flat ``h * W + w`` of each window's first maximum (AAE), on NCHW
+    codes: the layout its indices count in (``selection.max_pool_indices``).
+
+    ``%i = npu.max_pool_indices %x {kernel = array<i64: 2, 2>, stride =
+    array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} :
+    tensor<1x4x8x8xsi8> -> tensor<1x4x4x4xi64>``
+    """
+
+    name = "npu.max_pool_indices"
+    kernel = prop_def(DenseArrayBase[I64])
+    stride = prop_def(DenseArrayBase[I64])
+    padding = prop_def(DenseArrayBase[I64])
+    dilation = prop_def(DenseArrayBase[I64])
+    ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "max_pool_indices", {
+            "kernel": _values(self.kernel),
+            "stride": _values(self.stride),
+            "padding": _values(self.padding),
+            "dilation": _values(self.dilation),
+            "ceil_mode": bool(self.ceil_mode.value.data),
+        }
+
+
+@irdl_op_definition
+class MaxUnpoolOp(OpcodeOp):
+    """Zeros of H x W ``size`` per channel with each NCHW input code written at
+    its int64 flat index (DTE; ``selection.max_unpool``).
+
+    ``%y = npu.max_unpool %x, %i {size = array<i64: 8, 8>} :
+    (tensor<1x4x4x4xsi8>, tensor<1x4x4x4xi64>) -> tensor<1x4x8x8xsi8>``
+    """
+
+    name = "npu.max_unpool"
+
+    input = operand_def(AnyTensorTypeConstr)
+    indices = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    size = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $indices attr-dict `:` functional-type(operands, results)"
+    )
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "max_unpool", {"size": _values(self.size)}
+
+
 class _MoveOp(UnaryOp, OpcodeOp):
     """A copy between memories: the result has the operand's type."""
 
@@ -1043,6 +1096,8 @@ NPU = Dialect(
         GatherOp,
         IndexSelectOp,
         IndexCopyOp,
+        MaxPoolIndicesOp,
+        MaxUnpoolOp,
         DmaLoadOp,
         DmaStoreOp,
         CpuCallOp,

@@ -501,6 +501,10 @@ RULES: dict[type[Operation], Rule] = {
     hbir.GatherOp: _copy_as(npu.GatherOp, ("dim",)),
     hbir.IndexSelectOp: _copy_as(npu.IndexSelectOp, ("dim",)),
     hbir.IndexCopyOp: _copy_as(npu.IndexCopyOp, ("dim",)),
+    hbir.MaxPool2dIndicesOp: _copy_as(
+        npu.MaxPoolIndicesOp, ("kernel", "stride", "padding", "dilation", "ceil_mode")
+    ),
+    hbir.MaxUnpool2dOp: _copy_as(npu.MaxUnpoolOp, ("size",)),
     hbir.CompareOp: _copy_as(npu.CompareOp, ("kind", "scales")),
     hbir.SelectOp: _copy_as(npu.SelectOp, ()),
 }

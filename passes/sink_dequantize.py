@@ -8,7 +8,8 @@ quantize of a concat is pushed into the concat's inputs (quantization is
 elementwise), so each input is requantized to the output grid by
 ``fold-requantize``. Selection runs on codes too (they are ordered as their
 values): top-k (values dequantized, indices as they are), argmax / argmin,
-gather, index_select, a write into a zero canvas (``index_copy``), comparisons
+max pool indices, gather, index_select, a write into a zero canvas
+(``index_copy``) or into zeros at max pool indices (``max_unpool2d``), comparisons
 (codes of one grid, integer thresholds for a constant, both scales for two grids)
 and ``select`` (a quantize pushed into its two values); a quantize of indices cast
 to float at scale 1 is an integer cast. Every rewrite computes the same numbers.
@@ -82,6 +83,9 @@ _MOVERS = {
         "nearest",
         False,
         None if op.scale is None else op.scale.get_values(),
+    ),
+    hbir.MaxUnpool2dOp: lambda op, q: hbir.MaxUnpool2dOp(
+        q, op.indices, op.size.get_values()
     ),
     hbir.GatherOp: lambda op, q: hbir.GatherOp(q, op.index, op.dim.value.data),
     hbir.IndexSelectOp: lambda op, q: hbir.IndexSelectOp(
@@ -303,6 +307,31 @@ class SelectOnCodes(RewritePattern):
         rewriter.replace(op, new)
 
 
+class PoolIndicesOnCodes(RewritePattern):
+    """max_pool2d_indices of dequantize(q) -> of q (the same positions: each
+    channel's codes are ordered as its values, per channel or per tensor)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(
+        self, op: hbir.MaxPool2dIndicesOp, rewriter: PatternRewriter
+    ) -> None:
+        codes = fp.codes_of(op.input)
+        if codes is None or fp.is_cpu(op):
+            return
+        if not (codes.per_tensor or codes.axis == 1):
+            return
+        new = hbir.MaxPool2dIndicesOp(
+            codes.codes,
+            op.kernel.get_values(),
+            op.stride.get_values(),
+            op.padding.get_values(),
+            op.dilation.get_values(),
+            op.ceil_mode.value.data,
+        )
+        new.location = op.location
+        rewriter.replace(op, new)
+
+
 class SinkThroughConcat(RewritePattern):
     """concat of one grid -> dequantize(concat of codes)."""
 
@@ -380,6 +409,7 @@ PATTERNS = (
     SelectCodes(),
     QuantizeIntoSelect(),
     SelectOnCodes(),
+    PoolIndicesOnCodes(),
     SinkThroughConcat(),
     QuantizeIntoConcat(),
     FoldCastIntoDequantize(),

@@ -552,6 +552,33 @@ def _check_index_copy(ins, code):
     _need(y.shape == x.shape and y.dtype == x.dtype, "the result is the input's")
 
 
+def _check_max_pool_indices(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    f = ins.fields
+    n, c, h, w = _rank(x, 4, "input")  # NCHW: the indices are h * W + w
+    _signed(x, "input")
+    _need(y.dtype == "int64", f"indices are int64, got {y.dtype}")
+    kh, kw = _ints(f, "kernel", 2, 1)
+    sh, sw = _ints(f, "stride", 2, 1)
+    ph, pw = _ints(f, "padding", 2)
+    dh, dw = _ints(f, "dilation", 2, 1)
+    _need(ph <= kh // 2 and pw <= kw // 2, "padding above half a kernel")
+    want = (n, c, _pooled(h, ph, ph, kh, sh, dh, f), _pooled(w, pw, pw, kw, sw, dw, f))
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+
+
+def _check_max_unpool(ins, code):
+    (x, index), (y,) = _ops(ins, code)
+    n, c, _, _ = _rank(x, 4, "input")  # NCHW, as the indices count
+    _need(x.dtype in _INTEGER, f"input must be integers, got {x.dtype}")
+    _need(index.dtype == "int64", f"indices must be int64, got {index.dtype}")
+    _need(index.shape == x.shape, f"indices {list(index.shape)} != the input's")
+    h, w = _ints(ins.fields, "size", 2, 1)
+    want = (n, c, h, w)
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+    _need(y.dtype == x.dtype, "the result has the input's dtype")
+
+
 def _check_compare(ins, code):
     (a, b), (y,) = _ops(ins, code)
     f = ins.fields
@@ -775,6 +802,23 @@ OPCODES: tuple[Opcode, ...] = (
         _check_compare,
     ),
     Opcode(25, "select", 3, 1, "vae", (), _check_select),
+    # NCHW (the indices count h * W + w): the first maximum of each window
+    Opcode(
+        26,
+        "max_pool_indices",
+        1,
+        1,
+        "aae",
+        (
+            ("kernel", "i64[]"),
+            ("stride", "i64[]"),
+            ("padding", "i64[]"),
+            ("dilation", "i64[]"),
+            ("ceil_mode", "bool"),
+        ),
+        _check_max_pool_indices,
+    ),
+    Opcode(27, "max_unpool", 2, 1, "dte", (("size", "i64[]"),), _check_max_unpool),
     # NHWC input, N x Ho x Wo x 2 grid codes; the exact int32 weighted sums
     Opcode(
         23,

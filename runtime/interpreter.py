@@ -49,7 +49,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from hbir.dialects import hbir, qnt
-from hbir.dialects.hbir import dense_array, numpy_dtype
+from hbir.dialects.hbir import dense_array, numpy_dtype, shape_of
 from hbir.errors import HbirError
 from hbir.runtime import integer_ops, kernels, numerics, selection, yuv
 
@@ -360,6 +360,25 @@ def _index_copy(op: hbir.IndexCopyOp, x, index, source) -> tuple[np.ndarray, ...
         y = selection.index_copy(_t(x), dim, _t(index), _t(source))
         return (_float_out(op, y),)
     return (selection.index_copy_codes(x, index, source, dim),)
+
+
+def _max_pool2d_indices(op: hbir.MaxPool2dIndicesOp, x) -> tuple[np.ndarray, ...]:
+    """torch's indices, values or codes alike (``selection.max_pool_indices``)."""
+    return (
+        selection.max_pool_indices(
+            x,
+            op.kernel.get_values(),
+            op.stride.get_values(),
+            op.padding.get_values(),
+            op.dilation.get_values(),
+            shape_of(op.output)[2:],
+        ),
+    )
+
+
+def _max_unpool2d(op: hbir.MaxUnpool2dOp, x, indices) -> tuple[np.ndarray, ...]:
+    """Values or codes moved (``selection.max_unpool``)."""
+    return (selection.max_unpool(x, indices, tuple(op.size.get_values())),)
 
 
 # ------------------------------------------------------------------ conv / gemm
@@ -907,6 +926,8 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.LinearOp: _linear,
     hbir.MatmulOp: _matmul,
     hbir.MaxPool2dOp: _max_pool2d,
+    hbir.MaxPool2dIndicesOp: _max_pool2d_indices,
+    hbir.MaxUnpool2dOp: _max_unpool2d,
     hbir.AvgPool2dOp: _avg_pool2d,
     hbir.GlobalAvgPool2dOp: _global_avg_pool2d,
     hbir.Resize2dOp: _resize2d,

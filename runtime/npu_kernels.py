@@ -383,6 +383,15 @@ def index_copy(f: Fields, out: Out, x, index, source) -> np.ndarray:
     return selection.index_copy_codes(x, index, source, f["dim"])
 
 
+def max_pool_indices(f: Fields, out: Out, x) -> np.ndarray:
+    how = (f["kernel"], f["stride"], f["padding"], f["dilation"])
+    return selection.max_pool_indices(x, *how, out[0][2:])
+
+
+def max_unpool(f: Fields, out: Out, x, indices) -> np.ndarray:
+    return selection.max_unpool(x, indices, tuple(f["size"]))
+
+
 def move(f: Fields, out: Out, x) -> np.ndarray:
     return x
 
@@ -414,6 +423,8 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "gather": gather,
     "index_select": index_select,
     "index_copy": index_copy,
+    "max_pool_indices": max_pool_indices,
+    "max_unpool": max_unpool,
     "compare": compare,
     "select": select,
     "dma_load": move,

@@ -336,7 +336,8 @@ OPS: tuple[OpEntry, ...] = (
         "max_pool2d",
         "hbir.max_pool2d",
         MOVE,
-        ("nn.MaxPool2d", "F.max_pool2d", "F._max_pool2d"),
+        ("nn.MaxPool2d", "F.max_pool2d", "F._max_pool2d")
+        + ("F.max_pool2d_with_indices",),
     ),
     OpEntry(
         "max_pool1d",
@@ -359,12 +360,22 @@ OPS: tuple[OpEntry, ...] = (
         ("nn.AdaptiveAvgPool1d", "F.adaptive_avg_pool1d"),
         DECOMPOSED,
     ),
+    # ``max_unpool2d(values, indices)`` of a ``max_pool2d(return_indices=True)``:
+    # the values placed at their indices in zeros (zero is on every grid)
+    OpEntry(
+        "max_unpool2d",
+        "hbir.max_unpool2d",
+        MOVE,
+        ("nn.MaxUnpool2d", "F.max_unpool2d"),
+        PASSTHROUGH,
+    ),
     # an output size that divides the input size: a max pool of that window
     OpEntry(
         "adaptive_max_pool2d",
         "hbir.max_pool2d",
         MOVE,
-        ("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d", "F._adaptive_max_pool2d"),
+        ("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d", "F._adaptive_max_pool2d")
+        + ("F.adaptive_max_pool2d_with_indices",),
     ),
     OpEntry(
         "amax", "hbir.reduce_max", MOVE, ("torch.amax", "Tensor.amax"), PASSTHROUGH
@@ -528,6 +539,9 @@ OPS: tuple[OpEntry, ...] = (
     # ``canvas[:, idx] = feats`` (prepare: a write into a zero canvas, which keeps
     # the written values' grid)
     _ir("hbir.index_copy", MOVE),
+    # ``max_pool2d(..., return_indices=True)``'s indices (prepare: the max pool
+    # module's second result)
+    _ir("hbir.max_pool2d_indices", MOVE),
     # ``where`` with a computed mask (prepare's ``where``: both values first
     # rescaled onto the output grid, a number fake-quantized onto it)
     _ir("hbir.select", MOVE),

@@ -201,3 +201,56 @@ def index_select(x: np.ndarray, index: np.ndarray, dim: int) -> np.ndarray:
     dim %= x.ndim
     check_index(index, x.shape[dim], "index_select")
     return np.take(x, index, axis=dim)
+
+
+# ------------------------------------------------------------------ pool indices
+
+
+def max_pool_indices(
+    x: np.ndarray,
+    kernel,
+    stride,
+    padding,
+    dilation,
+    out_hw,
+) -> np.ndarray:
+    """``F.max_pool2d(..., return_indices=True)``'s indices of NCHW ``x``: per
+    window (``out_hw`` of them, torch's count with its ceil_mode rule) the flat
+    ``h * W + w`` of the first maximum in the window's row-major scan, padding
+    never chosen (torch's CPU rule: a later element replaces the best only when
+    greater, or when it is NaN)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    oh, ow = out_hw
+    rows = np.arange(oh)[:, None] * sh - ph  # the window's first row, per output row
+    cols = np.arange(ow)[None, :] * sw - pw
+    best = np.full((n, c, oh, ow), np.nan if x.dtype.kind == "f" else 0, x.dtype)
+    index = np.full((n, c, oh, ow), -1, np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            r, q = rows + i * dh, cols + j * dw  # [oh, 1], [1, ow]
+            inside = (r >= 0) & (r < h) & (q >= 0) & (q < w)  # [oh, ow]
+            rr, qq = np.clip(r, 0, h - 1), np.clip(q, 0, w - 1)
+            value = x[:, :, rr, qq]  # [n, c, oh, ow]
+            better = inside & ((index < 0) | (value > best))
+            if x.dtype.kind == "f":
+                better |= inside & np.isnan(value)
+            best = np.where(better, value, best)
+            index = np.where(better, rr * w + qq, index)
+    return index
+
+
+def max_unpool(x: np.ndarray, indices: np.ndarray, size) -> np.ndarray:
+    """``F.max_unpool2d``: zeros of NCHW size ``x.shape[:2] + size`` with each
+    element of ``x`` written at its flat ``h * W + w`` index of its own channel
+    (of repeated indices the last write in row-major order wins); an index out
+    of range is an ``IndexOutOfRangeError``, as torch refuses it."""
+    n, c = x.shape[:2]
+    h, w = size
+    check_index(indices, h * w, "max_unpool2d")
+    flat = indices.reshape(n * c, -1) + np.arange(n * c)[:, None] * (h * w)
+    out = np.zeros(n * c * h * w, x.dtype)
+    flat = flat.reshape(-1)
+    keep = last_writes(flat)
+    out[flat[keep]] = x.reshape(-1)[keep]
+    return out.reshape(n, c, h, w)

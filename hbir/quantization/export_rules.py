@@ -237,6 +237,26 @@ def _max_pool_module_op(m, x):
     return _exact_if(m, op)
 
 
+def _max_pool_module(ex: Exporter, node: fx.Node):
+    """The pooled values; with ``return_indices`` (values, the input's indices,
+    of the pool's own window)."""
+    mod = _module(ex, node)
+    (x,) = _inputs(ex, mod, [ex.tensor(node.args[0])])
+    pool = _max_pool_module_op(mod, x)
+    values = _output(ex, mod, ex.emit(pool))
+    if not mod.return_indices:
+        return values
+    indices = hb.MaxPool2dIndicesOp(
+        x,
+        pool.kernel.get_values(),
+        pool.stride.get_values(),
+        pool.padding.get_values(),
+        pool.dilation.get_values(),
+        pool.ceil_mode.value.data,
+    )
+    return values, ex.emit(indices)
+
+
 def _avg_pool_op(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor):
     if divisor is not None:
         raise Unsupported("divisor_override")
@@ -429,14 +449,7 @@ MODULE_IMPORTERS: dict[type, Builder] = {
     nn.ConvTranspose2d: _weight_layer(_conv_transpose2d),
     nn.Linear: _weight_layer(_linear),
     qat.QuantAffine: _affine,
-    nn.MaxPool2d: _unary_module(
-        lambda m, x: _exact_if(
-            m,
-            _max_pool_op(
-                x, m.kernel_size, m.stride, m.padding, m.dilation, m.ceil_mode
-            ),
-        )
-    ),
+    nn.MaxPool2d: lambda ex, node: _max_pool_module(ex, node),
     nn.AvgPool2d: _unary_module(
         lambda m, x: _exact_if(
             m,
@@ -801,6 +814,14 @@ def _index_select(ex: Exporter, node: fx.Node):
     return ex.emit(hb.IndexSelectOp(x, _index(ex, _arg(node, 2, "index")), dim))
 
 
+def _max_unpool2d(ex: Exporter, node: fx.Node):
+    """``F.max_unpool2d`` / ``nn.MaxUnpool2d``: the values at their indices in
+    zeros of the traced output size (``output_size`` or torch's default)."""
+    x = ex.tensor(node.args[0])
+    indices = _index(ex, _arg(node, 1, "indices"))
+    return ex.emit(hb.MaxUnpool2dOp(x, indices, ex.recorded_shape(node)[2:]))
+
+
 def _roll(ex: Exporter, node: fx.Node):
     """``roll``: per rolled dim, the last ``shift`` entries then the rest (concat)."""
     x = ex.tensor(node.args[0])
@@ -1145,6 +1166,7 @@ _PASSTHROUGH_IMPORTERS: dict[str, Builder] = {
     "min": _max_min(hb.ReduceMinOp, hb.ArgminOp),
     "gather": _gather,
     "index_select": _index_select,
+    "max_unpool2d": _max_unpool2d,
 }
 _SPELLING_IMPORTERS: dict[str, Builder] = {
     "operator.getitem": _getitem,
@@ -1206,7 +1228,9 @@ def _derive_passthrough() -> None:
 _derive_passthrough()
 MODULE_IMPORTERS[qat.Embedding] = _embedding
 # builders that take integer constants as i64 operands (export does not fold them)
-INDEX_READERS = frozenset({_embedding, _gather, _index_select, _index_copy})
+INDEX_READERS = frozenset(
+    {_embedding, _gather, _index_select, _index_copy, _max_unpool2d}
+)
 # what prepare calls for torch's top-k and sort: the torch function's importer
 FUNCTION_IMPORTERS |= {
     tied: FUNCTION_IMPORTERS[target]

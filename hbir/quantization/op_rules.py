@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import fx, nn
 
 from hbir.quantization import functionalize, layers_1d, layers_3d
@@ -80,10 +81,6 @@ def _from_float(cls):
 
 
 def _module_max_pool2d(q, mod, x, *, fused_relu=None):
-    require(
-        not mod.return_indices,
-        "return_indices=True (the window's argmax positions, for MaxUnpool2d)",
-    )
     return qat.MaxPool2d.from_float(mod, q()), (x,)
 
 
@@ -649,11 +646,24 @@ def _max_pool2d(
     ceil_mode=False,
     return_indices=False,
 ):
-    require(not return_indices, "return_indices=True")
     module = qat.MaxPool2d(
-        kernel_size, stride, padding, dilation, False, ceil_mode, qconfig=q()
+        kernel_size, stride, padding, dilation, return_indices, ceil_mode, qconfig=q()
     )
     return module, (input,)
+
+
+# functions whose module returns (pooled values, the input's int64 indices)
+WITH_INDICES = frozenset(
+    {F.max_pool2d_with_indices, F.adaptive_max_pool2d_with_indices}
+)
+
+
+def _with_indices(builder: Callable, at: int, args: tuple, kwargs: dict):
+    """``builder`` called with ``return_indices=True``, whatever the call says
+    (its ``at``-th positional argument or keyword): the ``*_with_indices``
+    functions return indices always."""
+    kwargs = {k: v for k, v in kwargs.items() if k != "return_indices"}
+    return lambda q: builder(q, *args[:at], return_indices=True, **kwargs)
 
 
 def _avg_pool2d(
@@ -721,9 +731,9 @@ def _module_adaptive_avg_pool2d(q, mod, x, *, fused_relu=None):
 
 
 def _adaptive_max_pool2d(q, input, output_size, return_indices=False):
-    require(not return_indices, "return_indices=True")
     window = _adaptive_window(input, output_size)
-    return qat.MaxPool2d(window, window, qconfig=q()), (input,)
+    module = qat.MaxPool2d(window, window, return_indices=return_indices, qconfig=q())
+    return module, (input,)
 
 
 def _module_adaptive_max_pool2d(q, mod, x, *, fused_relu=None):
@@ -826,6 +836,13 @@ _FUNCTION_BUILDERS: dict[str, Callable] = {
 }
 
 _SPELLING_BUILDERS: dict[str, Callable] = {
+    # what F.max_pool2d(..., return_indices=True) calls: always with indices
+    "F.max_pool2d_with_indices": lambda q, *a, **k: _with_indices(_max_pool2d, 6, a, k)(
+        q
+    ),
+    "F.adaptive_max_pool2d_with_indices": lambda q, *a, **k: _with_indices(
+        _adaptive_max_pool2d, 2, a, k
+    )(q),
     "F.hardtanh": _hardtanh,
     "Tensor.where": _tensor_where,
     "Tensor.masked_fill": _masked_fill,
@@ -964,6 +981,7 @@ INDEX_METHODS: set[str] = set()
 # a function or method spelling -> its (first) op table entry
 ENTRY_OF_FUNCTION: dict[Callable, op_table.OpEntry] = {}
 ENTRY_OF_METHOD: dict[str, op_table.OpEntry] = {}
+ENTRY_OF_MODULE: dict[type, op_table.OpEntry] = {}
 
 
 def module_rule(module: nn.Module) -> OpRule | None:
@@ -1016,9 +1034,8 @@ def _derive_rules() -> None:
     for entry in op_table.OPS:
         for spelling in entry.torch:
             kind, target = resolve(spelling)
-            if kind != "module":
-                entries = ENTRY_OF_METHOD if kind == "method" else ENTRY_OF_FUNCTION
-                entries.setdefault(target, entry)
+            entries = {"module": ENTRY_OF_MODULE, "method": ENTRY_OF_METHOD}
+            entries.get(kind, ENTRY_OF_FUNCTION).setdefault(target, entry)
             if entry.quantized == op_table.INDEX:
                 (INDEX_METHODS if kind == "method" else INDEX_FUNCTIONS).add(target)
                 continue

@@ -211,7 +211,7 @@ _SOURCES = frozenset({"embedding"})
 _INDEX_READERS = frozenset(
     {"reshape", "transpose", "slice", "split", "repeat", "flip", "cast", "where"}
     | {"topk", "sort", "argmax", "argmin", "max", "min"}
-    | {"gather", "index_select", "embedding"}
+    | {"gather", "index_select", "embedding", "max_unpool2d"}
 )
 
 
@@ -416,7 +416,11 @@ class _GraphBuilder:
         if not any(n in self.data_indices for n in node.all_input_nodes):
             return True
         if node.op == "call_module":  # its rule takes or refuses what it is given
-            return op_rules.module_rule(self.modules[node.target]) is not None
+            module = self.modules[node.target]
+            entry = op_rules.ENTRY_OF_MODULE.get(type(module))
+            if entry is not None and entry.op in _INDEX_READERS:
+                return True
+            return op_rules.module_rule(module) is not None
         if node.target is functionalize.index_assign:
             return True  # the index of a scatter (_index_write checks the rest)
         entry = _entry_of(node)
@@ -476,8 +480,10 @@ class _GraphBuilder:
                 self._function_call(node, rule, args, kwargs)
         elif quantized_input and self._is_passthrough(node, module, args, kwargs):
             self._passthrough(node, self._node_copy(node), inputs)
-        elif not value_of(node).is_float_tensor and (
-            module is None or not quantized_input
+        elif (
+            not value_of(node).is_float_tensor
+            and (module is None or not quantized_input)
+            and node.target not in op_rules.WITH_INDICES
         ):
             if quantized_input and value_of(node).holds_index_tensor:
                 # argmax, topk, max(dim), comparisons: export has no integer

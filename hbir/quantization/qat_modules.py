@@ -681,12 +681,14 @@ class QuantAffine(_WeightLayer, nn.Module):
 
 
 class MaxPool2d(nn.MaxPool2d, QATModule):
+    """Max pooling; its output has its own fake quant. With ``return_indices``
+    it also returns torch's indices of its (fake-quantized) input, as int64:
+    the first maximum of each window (``selection.max_pool_indices``)."""
+
     op = "max_pool2d"
 
     def __init__(self, *args, qconfig: QConfig, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.return_indices:
-            raise ValueError("MaxPool2d with return_indices cannot be quantized")
         self._init_quant(qconfig)
 
     @classmethod
@@ -706,16 +708,18 @@ class MaxPool2d(nn.MaxPool2d, QATModule):
         rescaled onto the output grid (``numerics.fixed_point_rescale``)."""
         return _grids(self, self.input_fake_quants()[:1])
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor):
         (x,) = self._quant_inputs(x)
         y = super().forward(x)
+        y, indices = y if self.return_indices else (y, None)
         grids = self.fixed_point_grids()
         if grids is not None:
             mode = get_round_mode()
             y = _with_gradient(
                 y, numerics.fixed_point_rescale(grids, _numpy(y), 0, mode=mode)
             )
-        return self.activation_post_process(y)
+        y = self.activation_post_process(y)
+        return y if indices is None else (y, indices)
 
 
 class AvgPool2d(nn.AvgPool2d, QATModule):

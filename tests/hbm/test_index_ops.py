@@ -400,20 +400,6 @@ def test_the_doctor_finds_nothing_in_a_clean_token_model(tmp_path):
     assert all(pair.layers for pair in d.pairs)
 
 
-class Unpooled(nn.Module):
-    """SegNet / ENet's pooling indices, kept for an unpool."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 1)
-        self.pool = nn.MaxPool2d(2, return_indices=True)
-        self.unpool = nn.MaxUnpool2d(2)
-
-    def forward(self, x):
-        y, where = self.pool(self.conv(x))
-        return self.unpool(y, where)
-
-
 class Truncated(nn.Module):
     def forward(self, x):
         return x.index_select(1, (x[0] * 3).long().clamp(0, 3))
@@ -422,9 +408,3 @@ class Truncated(nn.Module):
 def test_a_cast_of_values_to_integers_is_refused_at_prepare(tmp_path):
     with pytest.raises(hbir.HbirError, match="a cast of quantized values to integer"):
         prepare(Truncated().eval(), (torch.randn(2, 4),), out_dir=tmp_path)
-
-
-def test_max_pool_indices_are_refused_at_prepare_with_the_line(tmp_path):
-    with pytest.raises(hbir.HbirError, match="return_indices=True") as error:
-        prepare(Unpooled().eval(), (torch.randn(1, 3, 4, 4),), out_dir=tmp_path)
-    assert "test_index_ops.py:" in str(error.value)

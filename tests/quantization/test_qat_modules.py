@@ -154,8 +154,12 @@ def test_pooling_modules_match_torch():
     ]
     for q, ref in pools:
         assert torch.equal(_float_mode(q)(x), ref(x))
-    with pytest.raises(ValueError, match="return_indices"):
-        qat.MaxPool2d(2, return_indices=True, qconfig=get_qconfig())
+    with_indices = qat.MaxPool2d(3, 2, 1, return_indices=True, qconfig=get_qconfig())
+    (values, indices), (want_v, want_i) = (
+        _float_mode(with_indices)(x),
+        F.max_pool2d(x, 3, 2, 1, return_indices=True),
+    )
+    assert torch.equal(values, want_v) and torch.equal(indices, want_i)
 
 
 def test_quant_stub_with_a_fixed_scale():

@@ -200,6 +200,24 @@ BASE = {
         [_t("si8", 3, 16)],
         {"dim": i64_attr(1)},
     ),
+    "max_pool_indices": (
+        npu.MaxPoolIndicesOp,
+        [_t("si8", 1, 4, 8, 7)],
+        [_t("i64", 1, 4, 5, 4)],
+        {
+            "kernel": ints([3, 2]),
+            "stride": ints([2, 2]),
+            "padding": ints([1, 1]),
+            "dilation": ints([1, 1]),
+            "ceil_mode": BoolAttr.from_bool(True),
+        },
+    ),
+    "max_unpool": (
+        npu.MaxUnpoolOp,
+        [_t("si16", 1, 4, 4, 3), _t("i64", 1, 4, 4, 3)],
+        [_t("si16", 1, 4, 8, 6)],
+        {"size": ints([8, 6])},
+    ),
     "grid_sample": (
         npu.GridSampleOp,
         [_t("si8", 1, 8, 8, 4), _t("si16", 1, 5, 6, 2)],

@@ -285,6 +285,20 @@ SAMPLES = {
     "nn.MaxPool2d": _x4(lambda m, x: m.op(x)),
     "F.max_pool2d": _x4(lambda m, x: F.max_pool2d(x, 2)),
     "F._max_pool2d": _x4(lambda m, x: F._max_pool2d(x, 2)),
+    "F.max_pool2d_with_indices": _x4(
+        lambda m, x: F.max_unpool2d(
+            *F.max_pool2d_with_indices(x, 3, 2, 1), 3, 2, 1, output_size=(6, 6)
+        )
+    ),
+    "F.adaptive_max_pool2d_with_indices": _x4(
+        lambda m, x: F.max_unpool2d(*F.adaptive_max_pool2d_with_indices(x, 2), 3)
+    ),
+    "nn.MaxUnpool2d": _x4(lambda m, x: m.op(*F.max_pool2d(x, 2, return_indices=True))),
+    "F.max_unpool2d": _x4(
+        lambda m, x: F.max_unpool2d(
+            *F.max_pool2d(x, 3, 1, 1, return_indices=True), 3, 1, 1
+        )
+    ),
     "torch.amax": _x4(lambda m, x: torch.amax(x, 1)),
     "Tensor.amax": _x4(lambda m, x: x.amax((2, 3), keepdim=True)),
     "torch.amin": _x4(lambda m, x: torch.amin(x, -1)),
@@ -378,6 +392,7 @@ MODULES = {
     "F.conv1d": lambda: nn.Conv1d(4, 3, 3),
     "nn.ConvTranspose1d": lambda: nn.ConvTranspose1d(4, 3, 3, 2, 1, output_padding=1),
     "nn.MaxPool1d": lambda: nn.MaxPool1d(3, 2, 1, ceil_mode=True),
+    "nn.MaxUnpool2d": lambda: nn.MaxUnpool2d(2),
     "nn.AvgPool1d": lambda: nn.AvgPool1d(2, count_include_pad=False, padding=1),
     "nn.AdaptiveAvgPool1d": lambda: nn.AdaptiveAvgPool1d(3),
     "nn.LSTM": lambda: nn.LSTM(6, 4, batch_first=True, bidirectional=True),

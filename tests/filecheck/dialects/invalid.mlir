@@ -83,10 +83,10 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xsi8> {
 // -----
 
 func.func @f(%x: tensor<1x4x4x4xf32>) -> tensor<1x4x8x8xf32> {
-  %y = hbir.resize2d %x {size = array<i64: 8, 8>, mode = "bicubic"} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
+  %y = hbir.resize2d %x {size = array<i64: 8, 8>, mode = "area"} : tensor<1x4x4x4xf32> -> tensor<1x4x8x8xf32>
   func.return %y : tensor<1x4x8x8xf32>
 }
-// CHECK: error: 'hbir.resize2d' op mode must be one of ('nearest', 'bilinear'), got 'bicubic'
+// CHECK: error: 'hbir.resize2d' op mode must be one of ('nearest', 'bilinear', 'bicubic'), got 'area'
 
 // -----
 
@@ -207,3 +207,19 @@ func.func @f(%x: tensor<1x4x8x8xf32>, %g: tensor<1x5x6x3xf32>) -> tensor<1x4x5x6
   func.return %s : tensor<1x4x5x6xf32>
 }
 // CHECK: invalid.mlir:206:3: error: 'hbir.grid_sample' op padding_mode must be one of ('zeros', 'border'), got 'reflection'
+
+// -----
+
+func.func @f(%x: tensor<1x4x4x3xsi8>, %i: tensor<1x4x4x2xi64>) -> tensor<1x4x8x6xsi8> {
+  %u = hbir.max_unpool2d %x, %i {size = array<i64: 8, 6>} : (tensor<1x4x4x3xsi8>, tensor<1x4x4x2xi64>) -> tensor<1x4x8x6xsi8>
+  func.return %u : tensor<1x4x8x6xsi8>
+}
+// CHECK: invalid.mlir:214:3: error: 'hbir.max_unpool2d' op indices shape [1, 4, 4, 2], expected [1, 4, 4, 3]
+
+// -----
+
+func.func @f(%x: tensor<1x4x8x6xsi8>) -> tensor<1x4x4x3xsi8> {
+  %i = hbir.max_pool2d_indices %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xsi8>
+  func.return %i : tensor<1x4x4x3xsi8>
+}
+// CHECK: invalid.mlir:222:3: error: 'hbir.max_pool2d_indices' op the result must be an i64 tensor, got si8

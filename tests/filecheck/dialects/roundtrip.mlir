@@ -212,6 +212,21 @@ func.func @grid_sample(%x: tensor<1x4x8x8xf32>, %g: tensor<1x5x6x2xf32>, %q: ten
   func.return %s : tensor<1x4x5x6xsi32>
 }
 
+// Max pool indices (i64) and max unpooling at them.
+// GENERIC-LABEL: "func.func"() <{sym_name = "max_unpool"
+// GENERIC: "hbir.max_pool2d_indices"(%x) <{kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, ceil_mode = false}> : (tensor<1x4x8x6xsi8>) -> tensor<1x4x4x3xi64>
+// GENERIC: "hbir.max_unpool2d"(%p, %i) <{size = array<i64: 8, 6>}> : (tensor<1x4x4x3xsi8>, tensor<1x4x4x3xi64>) -> tensor<1x4x8x6xsi8>
+// CHECK-LABEL: func.func @max_unpool(
+// CHECK-NEXT: %p = hbir.max_pool2d %x {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xsi8>
+// CHECK-NEXT: %i = hbir.max_pool2d_indices %x {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xi64>
+// CHECK-NEXT: %u = hbir.max_unpool2d %p, %i {size = array<i64: 8, 6>} : (tensor<1x4x4x3xsi8>, tensor<1x4x4x3xi64>) -> tensor<1x4x8x6xsi8>
+func.func @max_unpool(%x: tensor<1x4x8x6xsi8>) -> tensor<1x4x8x6xsi8> {
+  %p = hbir.max_pool2d %x {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xsi8>
+  %i = hbir.max_pool2d_indices %x {kernel = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xi64>
+  %u = hbir.max_unpool2d %p, %i {size = array<i64: 8, 6>} : (tensor<1x4x4x3xsi8>, tensor<1x4x4x3xi64>) -> tensor<1x4x8x6xsi8>
+  func.return %u : tensor<1x4x8x6xsi8>
+}
+
 // Masks and index arithmetic: comparisons (codes, thresholds, two grids), a
 // selection of codes, // and % of i64 indices.
 // GENERIC-LABEL: "func.func"() <{sym_name = "masks"

@@ -69,3 +69,19 @@ builtin.module attributes {hbir.march = "nash-e"} {
     func.return %v, %i, %a, %h : tensor<2x3xsi8>, tensor<2x3xi64>, tensor<2xi64>, tensor<2x3xsi8>
   }
 }
+
+// -----
+
+// Max pool indices and unpooling stay NCHW (the layout the indices count in);
+// the pool itself is the NHWC npu.pool.
+// CHECK-LABEL: func.func @max_unpool
+// CHECK:         %i = npu.max_pool_indices %x {npu.origin = array<i64: 1>, npu.value_of = 1 : i64, kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xi64>
+// CHECK-NEXT:    %u = npu.max_unpool %p, %i {npu.origin = array<i64: 2>, npu.value_of = 2 : i64, size = array<i64: 8, 6>} : (tensor<1x4x4x3xsi8>, tensor<1x4x4x3xi64>) -> tensor<1x4x8x6xsi8>
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @max_unpool(%x: tensor<1x4x8x6xsi8>) -> tensor<1x4x8x6xsi8> {
+    %p = hbir.max_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xsi8>
+    %i = hbir.max_pool2d_indices %x {kernel = array<i64: 2, 2>, stride = array<i64: 2, 2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} : tensor<1x4x8x6xsi8> -> tensor<1x4x4x3xi64>
+    %u = hbir.max_unpool2d %p, %i {size = array<i64: 8, 6>} : (tensor<1x4x4x3xsi8>, tensor<1x4x4x3xi64>) -> tensor<1x4x8x6xsi8>
+    func.return %u : tensor<1x4x8x6xsi8>
+  }
+}
