@@ -1538,6 +1538,9 @@ class Pool2dOp(IRDLOperation):
 
     def verify_(self) -> None:
         _same_element_types(self, self.input, self.output)
+        self._verify_window()
+
+    def _verify_window(self) -> None:
         _expect_shape(
             self,
             shapes.pool2d,
@@ -1550,16 +1553,8 @@ class Pool2dOp(IRDLOperation):
         )
 
 
-@irdl_op_definition
-class MaxPool2dOp(Pool2dOp):
-    """Max pooling (exact in any element type).
-
-    ``%y = hbir.max_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2,
-    2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} :
-    tensor<1x4x8x8xf32> -> tensor<1x4x4x4xf32>``
-    """
-
-    name = "hbir.max_pool2d"
+class MaxWindowOp(Pool2dOp):
+    """A max pooling window (dilated): its values or its maxima's positions."""
 
     dilation = prop_def(DenseArrayBase[I64])
 
@@ -1578,7 +1573,7 @@ class MaxPool2dOp(Pool2dOp):
         )
         super().__init__(
             operands=[input],
-            result_types=[with_shape(input, shape)],
+            result_types=[with_shape(input, shape, self.RESULT_ELEMENT)],
             properties={
                 "kernel": ints(kernel),
                 "stride": ints(stride),
@@ -1588,12 +1583,26 @@ class MaxPool2dOp(Pool2dOp):
             },
         )
 
+    RESULT_ELEMENT: ClassVar = None  # None: the input's
+
     def _dilation(self) -> tuple[int, int]:
         return _values(self.dilation)
 
 
 @irdl_op_definition
-class MaxPool2dIndicesOp(Pool2dOp):
+class MaxPool2dOp(MaxWindowOp):
+    """Max pooling (exact in any element type).
+
+    ``%y = hbir.max_pool2d %x {kernel = array<i64: 2, 2>, stride = array<i64: 2,
+    2>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>} :
+    tensor<1x4x8x8xf32> -> tensor<1x4x4x4xf32>``
+    """
+
+    name = "hbir.max_pool2d"
+
+
+@irdl_op_definition
+class MaxPool2dIndicesOp(MaxWindowOp):
     """The i64 positions of a max pooling's maxima (``F.max_pool2d(...,
     return_indices=True)[1]``): per window the flat ``h * W + w`` of its first
     maximum in row-major order, padding never chosen
@@ -1607,61 +1616,16 @@ class MaxPool2dIndicesOp(Pool2dOp):
 
     name = "hbir.max_pool2d_indices"
 
-    dilation = prop_def(DenseArrayBase[I64])
-
-    def __init__(
-        self,
-        input: Value,
-        kernel: Sequence[int],
-        stride: Sequence[int],
-        padding: Sequence[int],
-        dilation: Sequence[int],
-        ceil_mode: bool,
-    ):
-        shape = shapes.pool2d(
-            shape_of(input), kernel, stride, padding, dilation, ceil_mode
-        )
-        super().__init__(
-            operands=[input],
-            result_types=[with_shape(input, shape, INDEX)],
-            properties={
-                "kernel": ints(kernel),
-                "stride": ints(stride),
-                "padding": ints(padding),
-                "dilation": ints(dilation),
-                "ceil_mode": BoolAttr.from_bool(ceil_mode),
-            },
-        )
-
-    def _dilation(self) -> tuple[int, int]:
-        return _values(self.dilation)
+    RESULT_ELEMENT: ClassVar = INDEX
 
     def verify_(self) -> None:
         _check_index_type(self.output, "the result")
-        _expect_shape(
-            self,
-            shapes.pool2d,
-            shape_of(self.input),
-            _values(self.kernel),
-            _values(self.stride),
-            _values(self.padding),
-            self._dilation(),
-            self.ceil_mode.value.data,
-        )
+        self._verify_window()
 
 
-@irdl_op_definition
-class MaxUnpool2dOp(IRDLOperation):
-    """``F.max_unpool2d``: zeros of H x W ``size`` per channel, each input
-    element written at its i64 flat ``h * W + w`` index (of repeated indices the
-    last in row-major order wins; ``selection.max_unpool``). Zero is a code on
-    every grid, so it moves codes as it moves values.
-
-    ``%y = hbir.max_unpool2d %x, %i {size = array<i64: 8, 8>} :
-    (tensor<1x4x4x4xf32>, tensor<1x4x4x4xi64>) -> tensor<1x4x8x8xf32>``
-    """
-
-    name = "hbir.max_unpool2d"
+class MaxUnpoolOperands(IRDLOperation):
+    """The operands of an unpooling (``hbir`` and ``npu``): values, their i64
+    flat indices, the H x W ``size`` written."""
 
     input = operand_def(AnyTensorTypeConstr)
     indices = operand_def(AnyTensorTypeConstr)
@@ -1673,6 +1637,20 @@ class MaxUnpool2dOp(IRDLOperation):
     assembly_format = (
         "$input `,` $indices attr-dict `:` functional-type(operands, results)"
     )
+
+
+@irdl_op_definition
+class MaxUnpool2dOp(MaxUnpoolOperands):
+    """``F.max_unpool2d``: zeros of H x W ``size`` per channel, each input
+    element written at its i64 flat ``h * W + w`` index (of repeated indices the
+    last in row-major order wins; ``selection.max_unpool``). Zero is a code on
+    every grid, so it moves codes as it moves values.
+
+    ``%y = hbir.max_unpool2d %x, %i {size = array<i64: 8, 8>} :
+    (tensor<1x4x4x4xf32>, tensor<1x4x4x4xi64>) -> tensor<1x4x8x8xf32>``
+    """
+
+    name = "hbir.max_unpool2d"
 
     def __init__(self, input: Value, indices: Value, size: Sequence[int]):
         shape = (*shape_of(input)[:2], *size)

@@ -76,6 +76,7 @@ from hbir.dialects.hbir import (
     IndexCopyOperands,
     IndexReadOperands,
     LutProperties,
+    MaxUnpoolOperands,
     SelectOperands,
     TensorConstant,
     UnaryOp,
@@ -892,7 +893,7 @@ class MaxPoolIndicesOp(MapOp):
 
 
 @irdl_op_definition
-class MaxUnpoolOp(OpcodeOp):
+class MaxUnpoolOp(MaxUnpoolOperands, OpcodeOp):
     """Zeros of H x W ``size`` per channel with each NCHW input code written at
     its int64 flat index (DTE; ``selection.max_unpool``).
 
@@ -901,17 +902,6 @@ class MaxUnpoolOp(OpcodeOp):
     """
 
     name = "npu.max_unpool"
-
-    input = operand_def(AnyTensorTypeConstr)
-    indices = operand_def(AnyTensorTypeConstr)
-    output = result_def(AnyTensorTypeConstr)
-    size = prop_def(DenseArrayBase[I64])
-
-    traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$input `,` $indices attr-dict `:` functional-type(operands, results)"
-    )
 
     def opcode_fields(self) -> tuple[str, dict]:
         return "max_unpool", {"size": _values(self.size)}

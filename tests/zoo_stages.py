@@ -1,11 +1,16 @@
-"""Shared helper: a zoo model taken through prepare and calibration to VALIDATION."""
+"""Shared helpers: a zoo model taken through prepare and calibration to
+VALIDATION; a prepared model taken through every later stage, bit for bit."""
 
+import numpy as np
 import torch
 import zoo
 
+import hbir
 from hbir.quantization import (
     ConsistencyStrategy,
     FakeQuantState,
+    export,
+    pre_export,
     prepare,
     set_fake_quantize,
 )
@@ -50,3 +55,46 @@ def validated(model, inputs, out_dir, qconfig=None, options=None):
             qat(x)
     set_fake_quantize(qat, FakeQuantState.VALIDATION)
     return qat
+
+
+def _arrays(result) -> list[np.ndarray]:
+    """A feed's outputs (by name) or a torch forward's (one or a tuple)."""
+    if isinstance(result, dict):
+        return [np.asarray(result[k]) for k in sorted(result)]
+    if isinstance(result, tuple | list):
+        return [r.detach().numpy() for r in result]
+    return [result.detach().numpy()]
+
+
+def every_stage_bit_identical(qat, inputs, tmp_path) -> set[tuple[str, str]]:
+    """Export, convert and compile ``qat`` (in VALIDATION, prepared on
+    ``inputs[0]``) and assert, on every input: qat.bc == qat.export.pt,
+    quantized.bc (the interpreter) == qat.bc, the model.hbm loaded back ==
+    quantized.bc, bit for bit, and model.hbm runs nothing on the CPU but the
+    quantize / dequantize at its edges. Returns model.hbm's (op, unit) pairs."""
+    qat_bc = export(qat, (inputs[0],))
+    exported = pre_export(qat)
+    quantized = hbir.convert(qat_bc, "nash-e")
+    hbm = hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
+    loaded = hbir.load(str(tmp_path / "model.hbm"))
+    for x in inputs:
+        feed = {"_input_0": x.numpy()}
+        with torch.no_grad():
+            want = _arrays(exported(x))
+        bc = _arrays(qat_bc["forward"].feed(feed))
+        q = _arrays(quantized["forward"].feed(feed, reference=True))
+        got = _arrays(loaded["forward"].feed(feed))
+        assert len(want) == len(bc) == len(q) == len(got)
+        for w, b, r, h in zip(want, bc, q, got, strict=True):
+            assert b.tobytes() == w.tobytes(), "qat.bc differs from qat.export.pt"
+            np.testing.assert_array_equal(r, b, "quantized.bc differs from qat.bc")
+            assert h.dtype == r.dtype, "model.hbm's dtype differs"
+            assert h.tobytes() == r.tobytes(), "model.hbm differs from quantized.bc"
+    units = {
+        (debug.op, instruction.unit)
+        for code in hbm.program.functions
+        for instruction, debug in zip(code.instructions, code.debug, strict=True)
+    }
+    on_cpu = {op for op, unit in units if unit == "cpu"}
+    assert on_cpu <= {"qnt.quantize", "qnt.dequantize"}, on_cpu
+    return units

@@ -12,15 +12,13 @@ coordinates computed exactly from the grid's codes) are tested against torch in
 ``tests/runtime/test_numerics.py``.
 """
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from zoo_stages import validated
+from zoo_stages import every_stage_bit_identical, validated
 
-import hbir
-from hbir.quantization import ConsistencyStrategy, export, pre_export
+from hbir.quantization import ConsistencyStrategy
 
 
 class BevSampler(nn.Module):
@@ -88,29 +86,8 @@ def test_grid_sample_is_bit_identical_at_every_stage(model, how, level, tmp_path
         qat = validated(model(HOWS[how]), inputs, tmp_path)
     finally:
         ConsistencyStrategy.set_consistency_level(None)
-    qat_bc = export(qat, (inputs[0],))
-    exported = pre_export(qat)
-    quantized = hbir.convert(qat_bc, "nash-e")
-    hbm = hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
-    loaded = hbir.load(str(tmp_path / "model.hbm"))
-    for x in inputs:
-        feed = {"_input_0": x.numpy()}
-        with torch.no_grad():
-            want = exported(x).numpy()
-        bc = qat_bc["forward"].feed(feed)["_output_0"]
-        assert bc.tobytes() == want.tobytes(), "qat.bc differs from qat.export.pt"
-        q = quantized["forward"].feed(feed, reference=True)["_output_0"]
-        np.testing.assert_array_equal(q, bc, "quantized.bc differs from qat.bc")
-        got = loaded["forward"].feed(feed)["_output_0"]
-        assert got.tobytes() == q.tobytes(), "model.hbm differs from quantized.bc"
-    units = [
-        (debug.op, instruction.unit)
-        for code in hbm.program.functions
-        for instruction, debug in zip(code.instructions, code.debug, strict=True)
-    ]
+    units = every_stage_bit_identical(qat, inputs, tmp_path)
     assert ("hbir.grid_sample", "aae") in units
-    on_cpu = {op for op, unit in units if unit == "cpu"}
-    assert on_cpu <= {"qnt.quantize", "qnt.dequantize"}, on_cpu
 
 
 def test_the_grid_is_trained_by_qat(tmp_path):

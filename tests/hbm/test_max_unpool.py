@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from zoo_stages import validated
+from zoo_stages import every_stage_bit_identical, validated
 
 import hbir
 from hbir.quantization import (
@@ -26,7 +26,6 @@ from hbir.quantization import (
     FakeQuantState,
     QuantStub,
     export,
-    pre_export,
     prepare,
     set_fake_quantize,
 )
@@ -88,14 +87,6 @@ GRAPHS = {
 }
 
 
-def _outputs(result) -> list[np.ndarray]:
-    if isinstance(result, dict):
-        return [np.asarray(result[k]) for k in sorted(result)]
-    if isinstance(result, tuple | list):
-        return [r.detach().numpy() for r in result]
-    return [result.detach().numpy()]
-
-
 @pytest.mark.parametrize(
     "name, level",
     [(name, None) for name in sorted(GRAPHS)] + [("segnet-modules", 2)],
@@ -112,32 +103,10 @@ def test_pool_indices_and_unpool_are_bit_identical_at_every_stage(
         qat = validated(GRAPHS[name](), inputs, tmp_path)
     finally:
         ConsistencyStrategy.set_consistency_level(None)
-    qat_bc = export(qat, (inputs[0],))
-    exported = pre_export(qat)
-    quantized = hbir.convert(qat_bc, "nash-e")
-    hbm = hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
-    loaded = hbir.load(str(tmp_path / "model.hbm"))
-    for x in inputs:
-        feed = {"_input_0": x.numpy()}
-        with torch.no_grad():
-            want = _outputs(exported(x))
-        bc = _outputs(qat_bc["forward"].feed(feed))
-        q = _outputs(quantized["forward"].feed(feed, reference=True))
-        got = _outputs(loaded["forward"].feed(feed))
-        for w, b, r, h in zip(want, bc, q, got, strict=True):
-            assert b.tobytes() == w.tobytes(), "qat.bc differs from qat.export.pt"
-            np.testing.assert_array_equal(r, b, "quantized.bc differs from qat.bc")
-            assert h.dtype == r.dtype and h.tobytes() == r.tobytes(), "model.hbm"
-    units = {
-        (debug.op, instruction.unit)
-        for code in hbm.program.functions
-        for instruction, debug in zip(code.instructions, code.debug, strict=True)
-    }
+    units = every_stage_bit_identical(qat, inputs, tmp_path)
     assert ("hbir.max_pool2d_indices", "aae") in units
     if name != "dilated-indices-output":
         assert ("hbir.max_unpool2d", "dte") in units
-    on_cpu = {op for op, unit in units if unit == "cpu"}
-    assert on_cpu <= {"qnt.quantize", "qnt.dequantize"}, on_cpu
 
 
 def test_the_indices_are_torchs_on_the_fake_quantized_input(tmp_path):

@@ -9,15 +9,13 @@ back == quantized.bc), the resize on the NPU's AAE and no CPU island but the
 edges, at the default consistency level and at level 2.
 """
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from zoo_stages import validated
+from zoo_stages import every_stage_bit_identical, validated
 
-import hbir
-from hbir.quantization import ConsistencyStrategy, export, pre_export
+from hbir.quantization import ConsistencyStrategy
 
 
 class _Resized(nn.Module):
@@ -76,30 +74,8 @@ def test_bicubic_is_bit_identical_at_every_stage(name, level, tmp_path):
         qat = validated(GRAPHS[name](), inputs, tmp_path)
     finally:
         ConsistencyStrategy.set_consistency_level(None)
-    qat_bc = export(qat, (inputs[0],))
-    assert '"bicubic"' in qat_bc.module.get_asm()
-    exported = pre_export(qat)
-    quantized = hbir.convert(qat_bc, "nash-e")
-    hbm = hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
-    loaded = hbir.load(str(tmp_path / "model.hbm"))
-    for x in inputs:
-        feed = {"_input_0": x.numpy()}
-        with torch.no_grad():
-            want = exported(x).numpy()
-        bc = qat_bc["forward"].feed(feed)["_output_0"]
-        assert bc.tobytes() == want.tobytes(), "qat.bc differs from qat.export.pt"
-        q = quantized["forward"].feed(feed, reference=True)["_output_0"]
-        np.testing.assert_array_equal(q, bc, "quantized.bc differs from qat.bc")
-        got = loaded["forward"].feed(feed)["_output_0"]
-        assert got.tobytes() == q.tobytes(), "model.hbm differs from quantized.bc"
-    units = [
-        (debug.op, instruction.unit)
-        for code in hbm.program.functions
-        for instruction, debug in zip(code.instructions, code.debug, strict=True)
-    ]
+    units = every_stage_bit_identical(qat, inputs, tmp_path)
     assert ("hbir.resize2d", "aae") in units
-    on_cpu = {op for op, unit in units if unit == "cpu"}
-    assert on_cpu <= {"qnt.quantize", "qnt.dequantize"}, on_cpu
 
 
 def test_the_qat_model_is_torchs_bicubic_up_to_the_weight_grid(tmp_path):
