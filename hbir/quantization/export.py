@@ -56,6 +56,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 import hbir
 from hbir import diagnostics
+from hbir.default_march import default_march
 from hbir.dialects import hbir as hb
 from hbir.dialects import qnt
 from hbir.module import (
@@ -64,6 +65,7 @@ from hbir.module import (
     ATTR_FUSE_REQUANTIZE,
     ATTR_HIGH_PRECISION_QPP,
     ATTR_LEGACY_ROUND,
+    ATTR_PREPARED_MARCH,
 )
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.options import QuantOptions, using
@@ -567,6 +569,9 @@ def export(
     }
     if level is not None:
         attrs[ATTR_CONSISTENCY_LEVEL] = IntegerAttr(level, i64)
+    march = getattr(model, "_march", None) or default_march()
+    if march is not None:  # set_march's: convert refuses another march
+        attrs[ATTR_PREPARED_MARCH] = StringAttr(march)
     module_op.attributes.update(attrs)
     where = f"export of {type(model).__name__}"
     diagnostics.verify(module_op, filename=where)
