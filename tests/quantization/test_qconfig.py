@@ -2,7 +2,6 @@
 
 import operator
 import sys
-import warnings
 
 import pytest
 import torch
@@ -10,10 +9,10 @@ from torch import nn
 
 from hbir.quantization import (
     DeQuantStub,
-    PrepareError,
     HistogramObserver,
     MinMaxObserver,
     PerChannelMinMaxObserver,
+    PrepareError,
     QconfigSetter,
     QuantStub,
     get_qconfig,
