@@ -15,7 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from hbir import diagnostics
+from hbir import compile_options, diagnostics
 from hbir.default_march import default_march
 from hbir.dialects import make_context
 from hbir.module import Module, require_module
@@ -104,6 +104,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
     progress_bar: bool = False,
     time_passes: bool = False,
     verify_passes: bool = True,
+    **options,
 ) -> Hbm:
     """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m"; None: the
     default ``set_march`` chose, else the march it was converted for) into an
@@ -116,7 +117,10 @@ def compile(  # noqa: A001 - the reference toolchain's name
     gives back. ``hbm["forward"].feed(...)`` runs it on the simulated NPU.
 
     ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
-    ``jobs`` and ``debug`` are accepted for the reference signature and unused.
+    ``jobs`` and ``debug`` are accepted for the reference signature and unused;
+    so are the reference's other keywords (``core_num``, ``balance``,
+    ``input_no_padding``, ``cache_mode``, ...) where they hold for the march
+    model, and refused by name where not (``hbir/compile_options.py``).
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
     each pass's time to it; ``verify_passes=False`` skips the IR verification
     after each pass (the emitted program is verified all the same).
@@ -130,6 +134,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
             f"hbir.compile: {os.fspath(path)}: the compiled model file ends in .hbm"
         )
     march = march or default_march() or getattr(m, "march", None) or "nash-e"
+    compile_options.check(options, march)
     compiled = lower_to_npu(m, march, opt, progress_bar, time_passes, verify_passes)
     program = emit(compiled, m)
     if path is None:
