@@ -557,6 +557,10 @@ _TORCH_FIX = {
     "model with torch.save(model.state_dict(), 'qat.pt')",
     "statistics": "export it first: hbir.statistics(hbir.quantization.export("
     "qat_model, example_inputs))",
+    "compile": "export and convert it first: hbir.compile(hbir.convert("
+    "hbir.quantization.export(qat_model, example_inputs), march), 'model.hbm')",
+    "visualize": "export it first: hbir.visualize(hbir.quantization.export("
+    "qat_model, example_inputs), html_file='model.html')",
 }
 
 

@@ -103,3 +103,9 @@ def test_compile_refuses_a_keyword_before_compiling(quantized, tmp_path):
     with pytest.raises(CompileOptionError, match="core_num=4: nash-e has 1 BPU"):
         hbir.compile(m, tmp_path / "model.hbm", "nash-e", core_num=4)
     assert not (tmp_path / "model.hbm").exists()
+
+
+def test_compile_refuses_a_torch_model_with_the_fix():
+    """(was a KeyError: the fix text for compile was missing)"""
+    with pytest.raises(hbir.ModelTypeError, match="export and convert it first"):
+        hbir.compile(nn.Linear(2, 2))
