@@ -316,7 +316,8 @@ class _GraphBuilder:
         """The qconfig the rules give ``name``, recorded for the QAT module
         ``site`` (default: ``name``)."""
         qconfig, source = self.setter.resolve(name, type_keys, site=site or name)
-        if internal and source != f"module_name[{name!r}]":
+        naming = {f"module_name[{name!r}]", f"ModuleNameTemplate[{name!r}]"}
+        if internal and not naming & set(source.split(" + ")):
             activation = qconfig.activation
             if activation.dtype.bits < qint16.bits:
                 qconfig = qconfig.replace(activation=activation.replace(dtype=qint16))

@@ -116,6 +116,7 @@ def apply_setting(qconfig: QConfig, value: Any, where: str) -> QConfig:
         if "input" in threshold:
             dtype = inputs.dtype if isinstance(inputs, FakeQuantSpec) else None
             inputs = _fixed(dtype or activation.dtype, threshold["input"], where)
+            qconfig = qconfig.replace(input_if_retyped=False)  # always its own
         threshold = threshold.get("output")
     if threshold is not None:
         activation = _fixed(activation.dtype, threshold, where)
