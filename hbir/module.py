@@ -423,6 +423,11 @@ class Module:
             if isinstance(op, FuncOp)
         ]
 
+    @property
+    def graphs(self) -> list[Function]:
+        """The reference's other name for ``functions``."""
+        return self.functions
+
     def __getitem__(self, key: int | str) -> Function:
         functions = self.functions
         if isinstance(key, int):

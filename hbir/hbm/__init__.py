@@ -145,6 +145,11 @@ class Hbm:
     def march(self) -> str:
         return self.program.march
 
+    @property
+    def graphs(self) -> list[HbmFunction]:
+        """The reference's other name for ``functions``."""
+        return self.functions
+
     def __getitem__(self, key: int | str) -> HbmFunction:
         if isinstance(key, int):
             return self.functions[key]

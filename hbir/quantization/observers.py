@@ -288,11 +288,7 @@ class HistogramObserver(ObserverBase):
             if not isinstance(fq, FakeQuantize) or not isinstance(observer, cls):
                 continue
             observer.percentile = percentile
-            if dtype is not None:
-                observer.dtype = fq.dtype = dtype
-                fq.quant_min, fq.quant_max = dtype.min, dtype.max
-            if observer.has_data():
-                fq._update_qparams()
+            fq.reset_dtype(fq.dtype if dtype is None else dtype)
             count += 1
         return count
 

@@ -82,3 +82,11 @@ def test_qat_bc_editor_removes_the_named_fake_quants(tmp_path):
     assert editor.run() == ids[:1]
     edited = hbir.load(tmp_path / "qat_modified.bc").module.get_asm()
     assert edited.count('"qnt.const_fake_quant"') == len(ids) - 1
+
+
+def test_graphs_is_functions(tmp_path):
+    qat, x = _validated(tmp_path)
+    qat_bc = export(qat, (x,))
+    assert [f.name for f in qat_bc.graphs] == [f.name for f in qat_bc.functions]
+    hbm = hbir.compile(hbir.convert(qat_bc, "nash-e"))
+    assert hbm.graphs is hbm.functions
