@@ -38,6 +38,7 @@ _LAZY = {
     "statistics": "hbir.hbm.statistics",
     "hbm_perf": "hbir.hbm.perf",
     "HbmFormatError": "hbir.hbm.errors",
+    "visualize": "hbir.visualize",
 }
 
 
@@ -58,7 +59,9 @@ class _Package(types.ModuleType):
     ``hbir.compile``). The function stays."""
 
     def __setattr__(self, name: str, value) -> None:
-        if name in ("convert", "compile") and isinstance(value, types.ModuleType):
+        if name in ("convert", "compile", "visualize") and isinstance(
+            value, types.ModuleType
+        ):
             return
         super().__setattr__(name, value)
 
@@ -87,4 +90,5 @@ __all__ = [
     "run_dataset",
     "save",
     "statistics",
+    "visualize",
 ]

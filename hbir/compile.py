@@ -15,7 +15,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from hbir import diagnostics
+from hbir import compile_options, diagnostics
+from hbir.default_march import default_march
 from hbir.dialects import make_context
 from hbir.module import Module, require_module
 
@@ -49,7 +50,7 @@ def compile_passes(march: str, opt: int = 2, stop: str | None = None):
 
 def lower_to_npu(
     m: Module,
-    march: str = "nash-e",
+    march: str | None = None,
     opt: int = 2,
     progress_bar: bool = False,
     time_passes: bool = False,
@@ -69,6 +70,7 @@ def lower_to_npu(
     from hbir.passes.march import UnknownMarchError, get_march
 
     require_module(m, "hbir.compile", "compile")
+    march = march or default_march() or m.march or "nash-e"
     try:
         march = get_march(march).name
     except UnknownMarchError as e:
@@ -95,15 +97,17 @@ def lower_to_npu(
 def compile(  # noqa: A001 - the reference toolchain's name
     m: Module,
     path: str | os.PathLike | None = None,
-    march: str = "nash-e",
+    march: str | None = None,
     opt: int = 2,
     jobs: int = 4,
     debug: bool = False,
     progress_bar: bool = False,
     time_passes: bool = False,
     verify_passes: bool = True,
+    **options,
 ) -> Hbm:
-    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m") into an
+    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m"; None: the
+    default ``set_march`` chose, else the march it was converted for) into an
     :class:`~hbir.hbm.Hbm`, written to ``path`` (a ``.hbm`` file) unless it is
     None.
 
@@ -113,7 +117,10 @@ def compile(  # noqa: A001 - the reference toolchain's name
     gives back. ``hbm["forward"].feed(...)`` runs it on the simulated NPU.
 
     ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
-    ``jobs`` and ``debug`` are accepted for the reference signature and unused.
+    ``jobs`` and ``debug`` are accepted for the reference signature and unused;
+    so are the reference's other keywords (``core_num``, ``balance``,
+    ``input_no_padding``, ``cache_mode``, ...) where they hold for the march
+    model, and refused by name where not (``hbir/compile_options.py``).
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
     each pass's time to it; ``verify_passes=False`` skips the IR verification
     after each pass (the emitted program is verified all the same).
@@ -126,6 +133,8 @@ def compile(  # noqa: A001 - the reference toolchain's name
         raise diagnostics.HbirError(
             f"hbir.compile: {os.fspath(path)}: the compiled model file ends in .hbm"
         )
+    march = march or default_march() or getattr(m, "march", None) or "nash-e"
+    compile_options.check(options, march)
     compiled = lower_to_npu(m, march, opt, progress_bar, time_passes, verify_passes)
     program = emit(compiled, m)
     if path is None:

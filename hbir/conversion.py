@@ -12,6 +12,7 @@ from xdsl.dialects.builtin import StringAttr
 from xdsl.dialects.func import ReturnOp
 
 from hbir import diagnostics
+from hbir.default_march import choose_march
 from hbir.dialects import make_context
 from hbir.module import Module, require_module
 from hbir.passes.march import March
@@ -19,8 +20,13 @@ from hbir.passes.march import March
 __all__ = ["March", "convert", "cpu_advice", "inexact_advice"]
 
 
-def convert(qat_bc: Module, march: str | March, advice: bool = False) -> Module:
-    """The fixed-point model for ``march`` ("nash-e", "nash-m" or ``hbir.March``).
+def convert(
+    qat_bc: Module, march: str | March | None = None, advice: bool = False
+) -> Module:
+    """The fixed-point model for ``march`` ("nash-e", "nash-m" or ``hbir.March``;
+    None: the default ``set_march`` chose, ``hbir/default_march.py``). A qat.bc
+    prepared or exported under ``set_march`` for another march is refused,
+    naming both.
 
     With ``advice=True`` every op left float (a CPU island) is printed with its
     location and the reason, one line each, and so is every op qat.bc marks
@@ -33,10 +39,18 @@ def convert(qat_bc: Module, march: str | March, advice: bool = False) -> Module:
     from hbir.passes.march import UnknownMarchError, get_march
 
     require_module(qat_bc, "hbir.convert", "convert")
+    march = choose_march(march, "hbir.convert")
     try:
         march = get_march(march).name
     except UnknownMarchError as e:
         raise diagnostics.HbirError(str(e)) from None
+    made_for = qat_bc.prepared_march
+    if made_for is not None and made_for != march:
+        raise diagnostics.HbirError(
+            f"hbir.convert: the qat.bc was prepared for {made_for} (set_march), "
+            f"not {march}: convert it for {made_for}, or set_march('{march}') "
+            "before prepare and export again"
+        )
     inexact = inexact_advice(qat_bc)
     if inexact:
         from hbir.dialects import qnt

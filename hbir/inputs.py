@@ -154,6 +154,18 @@ class Argument:
         )
         return inputs[self.name]
 
+    def insert_split(self, dim: int) -> list[Argument]:
+        """Feed this input as one input per slice along ``dim``: ``<name>_0``
+        .. ``<name>_{k-1}``, each of size 1 along ``dim`` (returned in order),
+        concatenated back inside the model (exact)."""
+        from hbir.passes.insert_split import InsertSplitPass
+
+        inputs = self._run(
+            "insert_split", lambda f: InsertSplitPass(self.name, int(dim), f)
+        )
+        count = self.shape[int(dim)]
+        return [inputs[f"{self.name}_{i}"] for i in range(count)]
+
     def insert_image_preprocess(
         self,
         mode: str | None,

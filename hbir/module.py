@@ -31,6 +31,7 @@ from hbir.passes.fixed_point import ATTR_FUSE_REQUANTIZE, ATTR_LEGACY_ROUND, op_
 # Module attributes that record how the model was made (see docs/ir.md); the
 # two that convert reads are defined with it, in passes/fixed_point.py.
 ATTR_MARCH = "hbir.march"
+ATTR_PREPARED_MARCH = "hbir.prepared_march"  # set_march's, at prepare / export
 ATTR_CONSISTENCY_LEVEL = "hbir.consistency_level"
 ATTR_HIGH_PRECISION_QPP = "hbir.high_precision_qpp"
 ATTR_ARG_NAME = "hbir.name"
@@ -422,6 +423,11 @@ class Module:
             if isinstance(op, FuncOp)
         ]
 
+    @property
+    def graphs(self) -> list[Function]:
+        """The reference's other name for ``functions``."""
+        return self.functions
+
     def __getitem__(self, key: int | str) -> Function:
         functions = self.functions
         if isinstance(key, int):
@@ -447,6 +453,13 @@ class Module:
     @property
     def march(self) -> str | None:
         attr = self._attr(ATTR_MARCH)
+        return attr.data if isinstance(attr, StringAttr) else None
+
+    @property
+    def prepared_march(self) -> str | None:
+        """The march ``set_march`` chose when the qat.bc was prepared / exported
+        (None: none was set); convert refuses another."""
+        attr = self._attr(ATTR_PREPARED_MARCH)
         return attr.data if isinstance(attr, StringAttr) else None
 
     @property
@@ -549,6 +562,10 @@ _TORCH_FIX = {
     "model with torch.save(model.state_dict(), 'qat.pt')",
     "statistics": "export it first: hbir.statistics(hbir.quantization.export("
     "qat_model, example_inputs))",
+    "compile": "export and convert it first: hbir.compile(hbir.convert("
+    "hbir.quantization.export(qat_model, example_inputs), march), 'model.hbm')",
+    "visualize": "export it first: hbir.visualize(hbir.quantization.export("
+    "qat_model, example_inputs), html_file='model.html')",
 }
 
 

@@ -47,6 +47,7 @@ _OURS: dict[str, tuple[str, str]] = {
     "npu-schedule": ("hbir.passes.npu_schedule", "NpuSchedulePass"),
     "npu-plan-memory": ("hbir.passes.npu_plan_memory", "NpuPlanMemoryPass"),
     "insert-transpose": ("hbir.passes.insert_transpose", "InsertTransposePass"),
+    "insert-split": ("hbir.passes.insert_split", "InsertSplitPass"),
     "insert-image-preprocess": (
         "hbir.passes.insert_image_preprocess",
         "InsertImagePreprocessPass",

@@ -89,6 +89,7 @@ class NpuModel:
     channel_align: int  # (assumed) channels are stored padded to a multiple
     acc_bits: int  # TAE accumulator and post-process width (si32)
     int16_rate: float  # (assumed) int16 x int8 MACs per int8 MAC
+    cores: int = 1  # public: BPU cores (nash-e, nash-m: one each)
 
     @property
     def macs_per_cycle_int8(self) -> int:

@@ -21,7 +21,15 @@ an ``index.json``.
 
 Inputs: one ``-i`` per model input, in input order, or several in one ``-i``
 separated by commas (an NV12 input is two planes: ``-i y.npy,uv.npy``); ``name:path``
-binds a file to a named input. Both models get the same inputs.
+binds a file to a named input. Both models get the same inputs, except as the
+reference documents: when the first ``-i`` alone feeds every input of the first
+model, a second ``-i`` is the second model's own data (the runtime data of a
+model whose Quantize / Dequantize nodes were removed).
+
+Board options (``--ip``, ``-b``, ``-u``, ``-p``, ``--port``, ``--remote-root``,
+``--skip-arm``, ``--skip-sim``, ``-s``) are accepted as the reference spells them
+and reported as not applicable: hbir runs every model on its simulator (``--ip
+None`` is the reference's way to ask for the simulator).
 
 Exit status (as ``diff``'s): 0 consistent (the cosine table always), 1 the
 consistency check failed, 2 bad input (one line on stderr).
@@ -145,9 +153,25 @@ def read_inputs(specs: Sequence[str], model: Model) -> dict[str, np.ndarray]:
     return feed
 
 
-def check_pair(a: Model, b: Model) -> None:
-    """The two models must take the same inputs and give as many outputs."""
-    for which in ("inputs", "outputs"):
+def read_feeds(
+    specs: Sequence[str], a: Model, b: Model
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Each model's feed from the ``-i`` values (see the module): a second ``-i``
+    is the second model's own data when the first feeds all of the first's
+    inputs; otherwise both models get every ``-i`` and must take the same."""
+    first = [item for item in specs[0].split(",") if item] if specs else []
+    if len(specs) == 2 and len(first) == len(a.signature("inputs")):
+        check_pair(a, b, same_inputs=False)
+        return read_inputs(specs[:1], a), read_inputs(specs[1:], b)
+    check_pair(a, b)
+    feed = read_inputs(specs, a)
+    return feed, feed
+
+
+def check_pair(a: Model, b: Model, same_inputs: bool = True) -> None:
+    """The two models must give as many outputs and (``same_inputs``: fed the
+    same data) take the same inputs."""
+    for which in ("inputs", "outputs") if same_inputs else ("outputs",):
         sa, sb = a.signature(which), b.signature(which)
         if len(sa) != len(sb):
             raise VerifierError(
@@ -228,6 +252,10 @@ def comparable(
     if model.kind == "hbm":
         desc = model.function.outputs[index]
         scales, zeros = desc.scales, desc.zeros or (0,)
+    else:  # a .bc whose Dequantize was removed records its output grid
+        grid = model.function.outputs[index].quant_info
+        if grid is not None:
+            scales, zeros = grid.scales, grid.zeros or (0,)
     if len(scales) != 1:
         other = (b, a)[side]
         return (
@@ -490,6 +518,46 @@ class Dump:
 
 # ------------------------------------------------------------------ main
 
+_OWN_INPUTS = (
+    "each model was fed its own inputs (-i twice): no op-by-op trace across them"
+)
+
+# The reference's board options (hb_verifier.md): accepted, not applicable here.
+BOARD_OPTIONS = {
+    "board_ip": "-b/--board-ip",
+    "username": "-u/--username",
+    "password": "-p/--password",
+    "port": "--port",
+    "remote_root": "--remote-root",
+}
+
+
+def board_notes(ns: argparse.Namespace, paths: Sequence[str]) -> list[str]:
+    """One line per board option given: what hbir does instead (see the module)."""
+    notes = []
+    ips = [] if ns.ip is None else ns.ip.split(",")
+    if len(ips) > len(paths):
+        raise VerifierError(
+            f"--ip {ns.ip}: one entry per model ({len(paths)}), None for the simulator"
+        )
+    for path, ip in zip(paths, ips, strict=False):
+        if ip.strip() not in ("None", "none", ""):
+            runner = "simulator" if path.endswith(".hbm") else "interpreter"
+            notes.append(
+                f"--ip {ip.strip()} ({os.path.basename(path)}): board runs are not "
+                f"applicable; it runs on the {runner}"
+            )
+    for attr, flag in BOARD_OPTIONS.items():
+        if getattr(ns, attr) is not None:
+            notes.append(f"{flag}: a board option, not applicable to the simulator")
+    if ns.skip_arm:
+        notes.append("--skip-arm: there is no board run to skip")
+    if ns.skip_sim:
+        notes.append("--skip-sim: the simulator is the only runner here; it runs")
+    if ns.run_sim:
+        notes.append("-s/--run-sim (deprecated): the simulator always runs")
+    return [f"note: {n}" for n in notes]
+
 
 def verify(
     paths: Sequence[str],
@@ -508,9 +576,9 @@ def verify(
         )
     models = [load_model(p) for p in paths]
     a, b = models
-    check_pair(a, b)
-    feed = read_inputs(inputs, a)
-    out_a, out_b = (list(_outputs(m, feed).values()) for m in (a, b))
+    feed, feed_b = read_feeds(inputs, a, b)
+    out_a, out_b = list(_outputs(a, feed).values()), list(_outputs(b, feed_b).values())
+    own_inputs = feed_b is not feed
     names = [name for name, _, _ in a.signature("outputs")]
     dump = None if dump_dir is None else Dump(dump_dir, models)
     kinds = [m.kind for m in models]
@@ -531,6 +599,11 @@ def verify(
         trace, untraced, unpaired = None, "", False
         if kinds == ["hbm", "hbm"]:
             untraced = "two .hbm files: no .bc op to trace the difference to"
+        elif own_inputs:
+            untraced = _OWN_INPUTS
+            if dump is not None:
+                _dump_outputs_only(dump, models, out_a, out_b)
+                unpaired = True
         elif not identical or dump is not None:
             sides = (0, 1) if kinds[0] == "bc" else (1, 0)
             bc, hbm = models[sides[0]], models[sides[1]]
@@ -555,11 +628,16 @@ def verify(
             for i, (n, (x, y)) in enumerate(zip(names, pairs, strict=True))
         ]
         print(table(HEADERS_COSINE, rows))
-        trace = None
-        if not identical or dump is not None:
-            trace = first_layer_difference(a, b, feed, dump)
+        trace, unpaired = None, False
         untraced = "no torch call's value differs: only the outputs do"
-        status, unpaired = 0, False
+        if own_inputs:
+            untraced = _OWN_INPUTS
+            if dump is not None:
+                _dump_outputs_only(dump, models, out_a, out_b)
+                unpaired = True
+        elif not identical or dump is not None:
+            trace = first_layer_difference(a, b, feed, dump)
+        status = 0
     for note in notes:
         print(note)
     print(verdict)
@@ -614,13 +692,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="write every op's value of both models (.npy + index.json) to DIR",
     )
+    parser.add_argument(
+        "-r",
+        "--dump-all-nodes-results",
+        action="store_true",
+        help="as --dump-all-nodes dump_all_nodes_results",
+    )
+    parser.add_argument(
+        "--ip", help="IP1,IP2: None runs a model on the simulator (the only runner)"
+    )
+    for flags in (
+        ("-b", "--board-ip"),
+        ("-u", "--username"),
+        ("-p", "--password"),
+        ("--port",),
+        ("--remote-root", "--remote_root"),
+    ):
+        parser.add_argument(*flags, help="board option: not applicable")
+    for flags in (("--skip-arm",), ("--skip-sim",), ("-s", "--run-sim")):
+        parser.add_argument(*flags, action="store_true", help="board option")
+    parser.add_argument("--version", action="version", version=_version())
     ns = parser.parse_args(argv)
     paths = [p for p in ns.model.split(",") if p]
+    dump_dir = ns.dump_all_nodes
+    if ns.dump_all_nodes_results and dump_dir is None:
+        dump_dir = "dump_all_nodes_results"
     try:
-        return verify(paths, ns.input, ns.compare_digits, ns.dump_all_nodes)
+        for note in board_notes(ns, paths):
+            print(note)
+        return verify(paths, ns.input, ns.compare_digits, dump_dir)
     except HbirError as e:
         print(f"hb_verifier: error: {e}", file=sys.stderr)
         return 2
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"hb_verifier (hbir {version('hbir')})"
+    except PackageNotFoundError:
+        return "hb_verifier (hbir, not installed)"
 
 
 if __name__ == "__main__":

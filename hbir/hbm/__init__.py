@@ -132,7 +132,11 @@ class HbmFunction:
 class Hbm:
     """A compiled model (``model.hbm``): its program and its functions."""
 
-    def __init__(self, program: Program, path: str | None = None):
+    def __init__(self, program: Program | str | os.PathLike, path: str | None = None):
+        if isinstance(program, str | os.PathLike):  # the reference's Hbm(path)
+            from hbir.hbm import container
+
+            program, path = container.read(program), os.fspath(program)
         self.program = program
         self.path = path  # the file it was read from or written to, if any
         self.functions = [HbmFunction(code) for code in program.functions]
@@ -140,6 +144,11 @@ class Hbm:
     @property
     def march(self) -> str:
         return self.program.march
+
+    @property
+    def graphs(self) -> list[HbmFunction]:
+        """The reference's other name for ``functions``."""
+        return self.functions
 
     def __getitem__(self, key: int | str) -> HbmFunction:
         if isinstance(key, int):

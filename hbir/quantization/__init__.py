@@ -27,10 +27,12 @@ from hbir.quantization.image import (
     rgb2centered_yuv,
 )
 from hbir.quantization.observers import (
+    ClipObserver,
     FixedScaleObserver,
     HistogramObserver,
     MinMaxObserver,
     MovingAverageMinMaxObserver,
+    MSEObserver,
     PerChannelMinMaxObserver,
 )
 from hbir.quantization.options import QuantOptions, current_options, using
@@ -79,6 +81,7 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "BgrToYuv444",
+    "ClipObserver",
     "bgr2centered_yuv",
     "bgr_to_yuv444",
     "centered_yuv2rgb",
@@ -93,6 +96,7 @@ __all__ = [
     "HistogramObserver",
     "MinMaxObserver",
     "MovingAverageMinMaxObserver",
+    "MSEObserver",
     "ObserverStateError",
     "PerChannelMinMaxObserver",
     "PreExportError",

@@ -26,6 +26,8 @@ class Report:
 
     level: int | None = None
     rule_labels: list[str] = field(default_factory=list)
+    # rules that name a module (label -> where made): setting none is an error
+    named_labels: dict[str, str] = field(default_factory=dict)
     call_counts: dict[str, tuple[int, str]] = field(default_factory=dict)
     unfused: list[Unfused] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
@@ -123,14 +125,13 @@ def _sections(gm: fx.GraphModule, report: Report) -> list[str]:
         parts.append("All modules in the model run exactly once.")
 
     modules = _qat_modules(gm)
-    applied: dict[str, list[str]] = {label: [] for label in report.rule_labels}
-    for name, _ in modules:
-        source = report.sources.get(name, "default").split(" (")[0]
-        applied.setdefault(source, []).append(name)
+    applied = applied_rules(gm, report)
     rows = []
     for label in report.rule_labels:
         names = applied[label]
-        if not names:
+        # a name rule that sets nothing raises (prepare); a type rule warns; an
+        # op-type template (written for any model) is listed only
+        if not names and label.startswith("module_type["):
             warnings.warn(
                 f"qconfig override {label} applied to no module", stacklevel=4
             )
@@ -204,6 +205,16 @@ def _sections(gm: fx.GraphModule, report: Report) -> list[str]:
 
     parts.append("Please check if these OPs qconfigs are expected.")
     return parts
+
+
+def applied_rules(gm: fx.GraphModule, report: Report) -> dict[str, list[str]]:
+    """Each qconfig rule -> the QAT modules it set (a module's source is the
+    ``" + "``-joined labels of every rule that set it)."""
+    applied: dict[str, list[str]] = {label: [] for label in report.rule_labels}
+    for name, _ in _qat_modules(gm):
+        for label in report.sources.get(name, "default").split(" + "):
+            applied.setdefault(label.split(" (")[0], []).append(name)
+    return applied
 
 
 def write_check_result(path: str, gm: fx.GraphModule, report: Report) -> None:

@@ -44,7 +44,9 @@ def qconfig_for_level(qconfig: QConfig, level: int | None) -> QConfig:
     if level is None or level < 1:
         return qconfig
     changes = {"activation": qconfig.activation.replace(pot=True)}
-    if qconfig.input is not None:
+    if isinstance(qconfig.input, tuple):
+        changes["input"] = tuple(spec.replace(pot=True) for spec in qconfig.input)
+    elif qconfig.input is not None:
         changes["input"] = qconfig.input.replace(pot=True)
     if level >= 2 and qconfig.weight is not None:
         changes["weight"] = qconfig.weight.replace(pot=True)

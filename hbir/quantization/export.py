@@ -23,7 +23,9 @@ to convert.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import operator
+import os
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -56,6 +58,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 import hbir
 from hbir import diagnostics
+from hbir.default_march import default_march
 from hbir.dialects import hbir as hb
 from hbir.dialects import qnt
 from hbir.module import (
@@ -64,6 +67,7 @@ from hbir.module import (
     ATTR_FUSE_REQUANTIZE,
     ATTR_HIGH_PRECISION_QPP,
     ATTR_LEGACY_ROUND,
+    ATTR_PREPARED_MARCH,
 )
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.options import QuantOptions, using
@@ -497,6 +501,50 @@ class _Recorder(fx.Interpreter):
         return result
 
 
+_exporting: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "hbir_exporting", default=False
+)
+
+
+def is_exporting() -> bool:
+    """True while ``export`` runs the model (the reference's ``is_exporting``:
+    a forward may take an export-only path)."""
+    return _exporting.get()
+
+
+def check(
+    model: nn.Module,
+    example_inputs,
+    *,
+    save_dir: str | os.PathLike | None = None,
+    only_record_errors: bool = True,
+) -> bool:
+    """Whether ``model`` exports (the reference's ``hbdk4.check``): False and
+    every op export cannot translate (with its source line), printed and, with
+    ``save_dir``, written to ``export_check.txt``; ``only_record_errors=False``
+    also writes the op counts of the qat.bc when it exports."""
+    try:
+        qat_bc = export(model, example_inputs)
+        ok, text = True, "export: ok\n"
+        if not only_record_errors:
+            for f in qat_bc.functions:
+                text += "".join(
+                    f"@{f.name}: {op}: {n}\n" for op, n in f.statistics().items()
+                )
+    except ExportError as e:
+        ok, text = False, f"{e}\n"
+        print(text, end="")
+    if save_dir is not None:
+        path = os.path.join(save_dir, "export_check.txt")
+        try:
+            os.makedirs(save_dir, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise hbir.HbirOutputError(path, "the export check", e) from None
+    return ok
+
+
 def _flatten_inputs(example_inputs) -> tuple:
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs,)
@@ -542,11 +590,15 @@ def export(
     except PreExportError as e:
         raise ExportError(str(e)) from None
     recorder = _Recorder(gm)
-    with torch.no_grad():
-        recorder.run(*inputs)
-    exporter = Exporter(gm, recorder.values)
-    with torch.no_grad():
-        module_op = exporter.run(name, input_names, output_names)
+    token = _exporting.set(True)
+    try:
+        with torch.no_grad():
+            recorder.run(*inputs)
+        exporter = Exporter(gm, recorder.values)
+        with torch.no_grad():
+            module_op = exporter.run(name, input_names, output_names)
+    finally:
+        _exporting.reset(token)
     if exporter.fake_quant_count == 0:
         warnings.warn(
             "export: the model has no enabled fake quantization: this is a float model "
@@ -567,6 +619,9 @@ def export(
     }
     if level is not None:
         attrs[ATTR_CONSISTENCY_LEVEL] = IntegerAttr(level, i64)
+    march = getattr(model, "_march", None) or default_march()
+    if march is not None:  # set_march's: convert refuses another march
+        attrs[ATTR_PREPARED_MARCH] = StringAttr(march)
     module_op.attributes.update(attrs)
     where = f"export of {type(model).__name__}"
     diagnostics.verify(module_op, filename=where)

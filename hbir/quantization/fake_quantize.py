@@ -148,6 +148,14 @@ class FakeQuantize(nn.Module):
         self.enable_observer(observe)
         self._state, self._needs_training, self._name = state, needs_training, name
 
+    def reset_dtype(self, dtype: QuantDType, update_scale: bool = True) -> None:
+        """Switch to ``dtype`` (e.g. int8 -> int16 after a sensitivity run); with
+        ``update_scale`` the scale is recomputed from what the observer saw."""
+        self.dtype = self.activation_post_process.dtype = dtype
+        self.quant_min, self.quant_max = dtype.min, dtype.max
+        if update_scale and self.activation_post_process.has_data():
+            self._update_qparams()
+
     def _update_qparams(self) -> None:
         scale, zero_point = self.activation_post_process.calculate_qparams()
         if self.scale.shape != scale.shape:

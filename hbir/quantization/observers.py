@@ -251,6 +251,136 @@ class HistogramObserver(ObserverBase):
         clip = (index + 1) * float(self.upper) / self.bins
         return torch.tensor(min(clip, float(super().absmax())), dtype=torch.float32)
 
+    RESET_METHODS = ("percentile", "max")
+
+    @classmethod
+    def reset_scale(
+        cls,
+        model: nn.Module,
+        method: str = "percentile",
+        method_kwargs: dict | None = None,
+        dtype: QuantDType | None = None,
+    ) -> int:
+        """Recompute the scale of every fake quant of ``model`` whose observer is a
+        ``HistogramObserver``, from the histogram calibration already gathered:
+        ``"percentile"`` clips at ``method_kwargs["percentile"]`` (a fraction,
+        default 0.99999), ``"max"`` keeps the whole range. ``dtype`` (None: keep)
+        also changes their dtype. Returns how many were reset; the model needs
+        no calibration run again (the reference's ``reset_scale``)."""
+        from hbir.quantization.fake_quantize import FakeQuantize
+
+        kwargs = dict(method_kwargs or {})
+        if method not in cls.RESET_METHODS:
+            raise ValueError(
+                f"reset_scale: method must be one of {cls.RESET_METHODS}, "
+                f"got {method!r}"
+            )
+        percentile = 1.0 if method == "max" else kwargs.pop("percentile", 0.99999)
+        if kwargs:
+            raise ValueError(
+                f"reset_scale: unknown method_kwargs {sorted(kwargs)} for {method!r}"
+            )
+        if not 0 < percentile <= 1:
+            raise ValueError(f"percentile must be in (0, 1], got {percentile}")
+        count = 0
+        for fq in model.modules():
+            observer = getattr(fq, "activation_post_process", None)
+            if not isinstance(fq, FakeQuantize) or not isinstance(observer, cls):
+                continue
+            observer.percentile = percentile
+            fq.reset_dtype(fq.dtype if dtype is None else dtype)
+            count += 1
+        return count
+
+
+class MSEObserver(ObserverBase):
+    """Calibration observer that picks, per batch, the clipping range with the
+    least fake-quantization error.
+
+    For each batch, ``steps`` candidate ranges ``absmax * k / steps``
+    (``k = 1 .. steps``) are tried: each one's scale (as every observer computes
+    it) fake-quantizes the batch (half to even, saturated), and the candidate
+    with the smallest mean squared error against the batch wins (the smallest
+    range on ties). The range used is the mean of the batches' winners.
+    """
+
+    def __init__(
+        self, dtype: QuantDType = qint8, pot: bool = False, steps: int = 100
+    ) -> None:
+        super().__init__(dtype, pot)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive integer, got {steps!r}")
+        self.steps = steps
+        self.register_buffer("clip_sum", torch.tensor(0.0, dtype=torch.float64))
+        self.register_buffer("batches", torch.tensor(0, dtype=torch.long))
+
+    def best_clip(self, x: torch.Tensor) -> float:
+        """The candidate range with the least fake-quantization MSE on ``x``."""
+        x = x.detach().double().flatten()
+        peak = float(x.abs().max())
+        if peak == 0:
+            return 0.0
+        clips = peak * torch.arange(1, self.steps + 1, dtype=torch.float64) / self.steps
+        scales = numerics.scale_from_absmax(clips.numpy(), self.dtype.bits)
+        scales = torch.from_numpy(scales.astype(np.float64))
+        q = torch.round(x[None, :] / scales[:, None])
+        q = q.clamp(self.dtype.min, self.dtype.max) * scales[:, None]
+        errors = ((q - x[None, :]) ** 2).mean(dim=1)
+        return float(clips[int(torch.argmin(errors))])
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if distributed.active():
+            raise distributed.ObserverStateError(
+                "MSEObserver picks its range per batch and does not reduce over "
+                "ranks: calibrate it on one process (or use HistogramObserver)"
+            )
+        if x.numel() == 0:
+            return x
+        batch_min, batch_max = torch.aminmax(x.detach().float())
+        if not self.has_data():
+            self.min_val.copy_(batch_min)
+            self.max_val.copy_(batch_max)
+        else:
+            torch.minimum(self.min_val, batch_min, out=self.min_val)
+            torch.maximum(self.max_val, batch_max, out=self.max_val)
+        self.clip_sum += self.best_clip(x)
+        self.batches += 1
+        return x
+
+    def absmax(self) -> torch.Tensor:
+        if int(self.batches) == 0:
+            return torch.zeros(())
+        return (self.clip_sum / self.batches).float()
+
+
+class ClipObserver(MinMaxObserver):
+    """Min/max, bounded: the running extremes clipped to ``[xmin, xmax]`` (a
+    range known to hold what matters, outliers beyond it saturate)."""
+
+    def __init__(
+        self,
+        xmin: float = -1.0,
+        xmax: float = 1.0,
+        dtype: QuantDType = qint8,
+        pot: bool = False,
+    ) -> None:
+        super().__init__(dtype, pot)
+        if not xmin <= 0 <= xmax or xmin == xmax:
+            raise ValueError(
+                f"ClipObserver needs xmin <= 0 <= xmax, not both 0; got [{xmin}, "
+                f"{xmax}]"
+            )
+        self.xmin, self.xmax = float(xmin), float(xmax)
+
+    def absmax(self) -> torch.Tensor:
+        low = self.min_val.clamp(min=self.xmin)
+        high = self.max_val.clamp(max=self.xmax)
+        return torch.maximum(-low, high).clamp_min(0)
+
+    def extra_repr(self) -> str:
+        return f"xmin={self.xmin}, xmax={self.xmax}, " + super().extra_repr()
+
 
 class FixedScaleObserver(ObserverBase):
     """A constant scale (e.g. a known input range); observing changes nothing.

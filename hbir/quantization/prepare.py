@@ -23,6 +23,7 @@ train one weight. The calls are listed in ``model_check_result.txt``.
 from __future__ import annotations
 
 import copy
+import difflib
 import operator
 import os
 from collections import Counter
@@ -31,10 +32,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx, nn
 
+from hbir.default_march import default_march
 from hbir.errors import HbirOutputError
 from hbir.quantization import functionalize, op_rules, stubs
 from hbir.quantization import qat_modules as qat
-from hbir.quantization.check_result import Report, write_check_result, write_fx_graph
+from hbir.quantization.check_result import (
+    Report,
+    applied_rules,
+    write_check_result,
+    write_fx_graph,
+)
 from hbir.quantization.consistency import (
     model_flags,
     qconfig_for_level,
@@ -102,7 +109,11 @@ def prepare(
     level = current_options().consistency_level
     gm = trace(copy.deepcopy(model), example_inputs)
     record_values(gm, example_inputs)
-    report = Report(level=level, rule_labels=setter.rule_labels())
+    report = Report(
+        level=level,
+        rule_labels=setter.rule_labels(),
+        named_labels=setter.named_labels(),
+    )
     report.call_counts = _call_counts(gm)
     report.unfused = fuse(gm)
     builder = _GraphBuilder(gm, setter, level, report)
@@ -110,6 +121,7 @@ def prepare(
     qat_model.train(model.training)
     for key, value in model_flags(level).items():
         setattr(qat_model, key, value)
+    qat_model._march = default_march()  # set_march's, written into qat.bc
     _dry_run(qat_model, example_inputs)
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -119,7 +131,29 @@ def prepare(
         write_fx_graph(os.path.join(out_dir, "fx_graph.txt"), qat_model)
     except OSError as e:
         raise HbirOutputError(out_dir, "prepare's check files (out_dir=)", e) from None
+    _refuse_unmatched_names(qat_model, report)
     return qat_model
+
+
+def _refuse_unmatched_names(qat_model: fx.GraphModule, report: Report) -> None:
+    """A qconfig rule that names a module (``module_name``, a
+    ``ModuleNameTemplate`` key, a ``SensitivityTemplate`` row) and set none is a
+    misspelt name: a located error, with the nearest module names."""
+    applied = applied_rules(qat_model, report)
+    unmatched = [label for label in report.named_labels if not applied.get(label)]
+    if not unmatched:
+        return
+    names = sorted(report.sources)
+    lines = []
+    for label in unmatched:
+        key = label.split("[", 1)[1].split("'")[1] if "'" in label else label
+        near = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+        hint = f" (nearest: {', '.join(near)})" if near else ""
+        lines.append(f"{report.named_labels[label]}: {label} names no module{hint}")
+    raise PrepareError(
+        "prepare: qconfig rules that set no module (model_check_result.txt lists "
+        "every module and the rule that set it):\n  " + "\n  ".join(lines)
+    )
 
 
 def _call_counts(gm: fx.GraphModule) -> dict[str, tuple[int, str]]:
@@ -281,8 +315,9 @@ class _GraphBuilder:
     ) -> QConfig:
         """The qconfig the rules give ``name``, recorded for the QAT module
         ``site`` (default: ``name``)."""
-        qconfig, source = self.setter.resolve(name, type_keys)
-        if internal and source != f"module_name[{name!r}]":
+        qconfig, source = self.setter.resolve(name, type_keys, site=site or name)
+        naming = {f"module_name[{name!r}]", f"ModuleNameTemplate[{name!r}]"}
+        if internal and not naming & set(source.split(" + ")):
             activation = qconfig.activation
             if activation.dtype.bits < qint16.bits:
                 qconfig = qconfig.replace(activation=activation.replace(dtype=qint16))
@@ -679,7 +714,7 @@ class _GraphBuilder:
             )
         inputs = [n for n in _nodes_in(args) if self.state.get(n) == QUANT]
         module.producer_fake_quants = tuple(self.fake_quant_of.get(n) for n in inputs)
-        module.attach_input_fake_quants(len(inputs))
+        module.attach_input_fake_quants(len(inputs), module.producer_fake_quants)
         module.exact = self.level == 2 and module.supports_exact
         module.exact_inputs = self.level != 2 and module.exact_below_level_2
 

@@ -64,12 +64,20 @@ class QATModule(nn.Module):
         self.exact = False
         self.exact_inputs = False
 
-    def attach_input_fake_quants(self, count: int) -> None:
-        """Give the module its own input fake quants when the qconfig asks for them."""
-        if self.qconfig.input is not None and self.input_fake_quant is None:
-            self.input_fake_quant = nn.ModuleList(
-                self.qconfig.input() for _ in range(count)
-            )
+    def attach_input_fake_quants(self, count: int, producers=()) -> None:
+        """Give the module its own input fake quants when the qconfig asks for
+        them (``input_if_retyped``: only when a producer's dtype differs)."""
+        specs = self.qconfig.input_specs(count)
+        if specs is None or self.input_fake_quant is not None:
+            return
+        if self.qconfig.input_if_retyped and len(producers) == count:
+            met = [
+                p is not None and p.dtype == s.dtype
+                for p, s in zip(producers, specs, strict=True)
+            ]
+            if all(met):
+                return
+        self.input_fake_quant = nn.ModuleList(spec() for spec in specs)
 
     def input_fake_quants(self) -> tuple[FakeQuantize | None, ...]:
         """The fake quant that defines each tensor input's scale, in argument order."""

@@ -55,10 +55,22 @@ class QConfig:
 
     activation: FakeQuantSpec
     weight: FakeQuantSpec | None = None
-    input: FakeQuantSpec | None = None
+    # one spec for every input, or one per input (a matmul's two operands)
+    input: FakeQuantSpec | tuple[FakeQuantSpec, ...] | None = None
+    # input fake quants only where a producer's dtype differs from the input's
+    # (a template's input dtype, met by the producer when it already matches)
+    input_if_retyped: bool = False
 
     def replace(self, **changes) -> QConfig:
         return dataclasses.replace(self, **changes)
+
+    def input_specs(self, count: int) -> tuple[FakeQuantSpec, ...] | None:
+        """The input spec of each of ``count`` inputs (None: no input fake quants)."""
+        if self.input is None:
+            return None
+        if isinstance(self.input, FakeQuantSpec):
+            return (self.input,) * count
+        return tuple(self.input[min(i, len(self.input) - 1)] for i in range(count))
 
     def __str__(self) -> str:
         return f"QConfig(out={self.activation}, weight={self.weight}, in={self.input})"
@@ -89,18 +101,40 @@ Override = QConfig | QuantDType | Mapping[str, QuantDType]
 
 
 class QconfigSetter:
-    """A default qconfig plus overrides by module name and by module type."""
+    """A default qconfig, overrides by module name and type, and templates.
+
+    ``QconfigSetter(reference_qconfig, templates=[...])`` is the reference
+    toolchain's form (``hbir/quantization/templates.py``); ``module_name=`` /
+    ``module_type=`` rules apply first, then the templates in order.
+    """
 
     def __init__(
         self,
         default: QConfig | None = None,
+        templates: Sequence[Any] = (),
         *,
         module_name: Mapping[str, Override] | None = None,
         module_type: Mapping[Any, Override] | None = None,
+        reference_qconfig: QConfig | None = None,
     ) -> None:
+        if reference_qconfig is not None:
+            if default is not None:
+                raise TypeError(
+                    "QconfigSetter: reference_qconfig is the default qconfig: give one"
+                )
+            default = reference_qconfig
         self.default = default or get_qconfig()
         self.module_name = {k: self._expand(v) for k, v in (module_name or {}).items()}
         self.module_type = {k: self._expand(v) for k, v in (module_type or {}).items()}
+        self.templates = list(templates)
+        for t in self.templates:
+            if not all(hasattr(t, a) for a in ("apply", "labels", "named_labels")):
+                raise TypeError(
+                    "QconfigSetter: templates are ModuleNameTemplate, "
+                    "ConvDtypeTemplate, MatmulDtypeTemplate or SensitivityTemplate; "
+                    f"got {type(t).__name__}"
+                )
+        self.made_at = _made_at()
 
     def _expand(self, value: Override) -> QConfig:
         if isinstance(value, QConfig):
@@ -125,11 +159,37 @@ class QconfigSetter:
 
     def rule_labels(self) -> list[str]:
         names = [f"module_name[{key!r}]" for key in self.module_name]
-        return names + [f"module_type[{_type_label(key)}]" for key in self.module_type]
+        types = [f"module_type[{_type_label(key)}]" for key in self.module_type]
+        return names + types + [x for t in self.templates for x in t.labels()]
 
-    def resolve(self, name: str, type_keys: Sequence[Any]) -> tuple[QConfig, str]:
-        """The qconfig for module ``name`` with ``type_keys``, and the rule that chose
-        it."""
+    def named_labels(self) -> dict[str, str]:
+        """The rules that name a module (label -> where they were made): one that
+        sets no module is an error (``prepare``)."""
+        found = {f"module_name[{key!r}]": self.made_at for key in self.module_name}
+        for t in self.templates:
+            found.update(t.named_labels())
+        return found
+
+    def resolve(
+        self, name: str, type_keys: Sequence[Any], site: str | None = None
+    ) -> tuple[QConfig, str]:
+        """The qconfig for module ``name`` (its QAT module: ``site``) with
+        ``type_keys``, and the rules that chose it (``" + "``-joined labels, or
+        ``"default"``)."""
+        qconfig, source = self._resolve_rules(name, type_keys)
+        labels = [] if source == "default" else [source]
+        frozen = False
+        for template in self.templates:
+            if frozen:
+                break
+            change = template.apply(name, site or name, type_keys, qconfig)
+            if change is not None:
+                qconfig, label = change
+                labels.append(label)
+                frozen = template.freeze
+        return qconfig, " + ".join(labels) or "default"
+
+    def _resolve_rules(self, name: str, type_keys: Sequence[Any]):
         matches = [k for k in self.module_name if k == name or name.startswith(k + ".")]
         if matches:
             key = max(matches, key=len)
@@ -138,6 +198,12 @@ class QconfigSetter:
             if any(_same_key(key, t) for t in type_keys):
                 return qconfig, f"module_type[{_type_label(key)}]"
         return self.default, "default"
+
+
+def _made_at() -> str:
+    from hbir.quantization.templates import _made_at
+
+    return _made_at()
 
 
 def _same_key(a: Any, b: Any) -> bool:

@@ -348,3 +348,49 @@ def test_remove_io_op_misuse(tiny_qat_bc):
         qat_bc[0].remove_io_op(op_types=["FilterCopyy"])
     with pytest.raises(InputEditError, match="no .*Transpose.* op is removable"):
         qat_bc[0].remove_io_op(op_types=["Transpose"])
+
+
+# ------------------------------------------------------------------ insert_split
+
+
+def test_insert_split_feeds_a_batch_as_one_input_per_image(tiny_qat_bc, tmp_path):
+    """The split model on the images equals the original on their batch, in
+    qat.bc, quantized.bc and model.hbm (the concat moves values: exact)."""
+    qat_bc, quantized = tiny_qat_bc[3]
+    model = qat_bc.clone()
+    parts = model["forward"].inputs["_input_0"].insert_split(dim=0)
+    assert [p.name for p in parts] == ["_input_0_0", "_input_0_1"]
+    assert all(p.shape == (1, 3, 8, 8) for p in parts)
+    assert [a.name for a in model["forward"].inputs] == ["_input_0_0", "_input_0_1"]
+    split_quantized = hbir.convert(model, "nash-e")
+    hbm = hbir.compile(split_quantized, tmp_path / "split.hbm", "nash-e")
+    g = np.random.default_rng(3)
+    for _ in range(3):
+        x = (g.random((2, 3, 8, 8)) * 4 - 2).astype(np.float32)
+        feed = {"_input_0_0": x[:1], "_input_0_1": x[1:]}
+        for original, edited in ((qat_bc, model), (quantized, split_quantized)):
+            (want,) = original["forward"].feed({"_input_0": x}, reference=True).values()
+            (got,) = edited["forward"].feed(feed, reference=True).values()
+            np.testing.assert_array_equal(got, want)
+        (got,) = hbm[0].feed(feed).values()
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize(
+    "dim, message",
+    [(4, "dim 4 is not a dimension of the input"), (1, None), (2, None)],
+)
+def test_insert_split_errors(tiny_qat_bc, dim, message):
+    qat_bc, quantized = tiny_qat_bc[1]
+    arg = qat_bc.clone()["forward"].inputs[0]
+    if message is None:  # size 1 along dim 1 (one channel); dim 2 splits
+        if dim == 1:
+            with pytest.raises(InputEditError, match="has size 1: nothing to split"):
+                arg.insert_split(dim)
+        else:
+            assert len(arg.insert_split(dim)) == 8
+        return
+    with pytest.raises(InputEditError, match=message):
+        arg.insert_split(dim)
+    with pytest.raises(InputEditError, match="already converted"):
+        quantized.clone()["forward"].inputs[0].insert_split(0)

@@ -258,3 +258,17 @@ def test_float64_inputs_are_fake_quantized_in_float64():
     ref = torch.fake_quantize_per_tensor_affine(v, s, zp.int(), -32768, 32767)
     ours = fake_quantize(v, s, zp, -32768, 32767)
     assert torch.equal(torch.round(ours / s.double()), torch.round(ref / s.double()))
+
+
+def test_reset_dtype_recomputes_the_scale_from_the_observed_range():
+    from hbir.quantization import MinMaxObserver, qint8, qint16
+
+    x = torch.linspace(-3.0, 2.0, 101)
+    fq = FakeQuantize(MinMaxObserver, qint8)
+    fq(x)
+    assert fq.scale.item() == np.float32(np.float32(3.0) / np.float32(127.5))
+    fq.reset_dtype(qint16, update_scale=False)
+    assert fq.quant_max == 32767 and fq.activation_post_process.dtype == qint16
+    assert fq.scale.item() == np.float32(np.float32(3.0) / np.float32(127.5))
+    fq.reset_dtype(qint16)
+    assert fq.scale.item() == np.float32(np.float32(3.0) / np.float32(32767.5))

@@ -137,3 +137,100 @@ def test_invalid_arguments_are_rejected():
         HistogramObserver(bins=7)
     with pytest.raises(ValueError, match="positive"):
         FixedScaleObserver(scale=0.0)
+
+
+# ---------------------------------------------------------------- MSE, Clip
+
+
+def _numpy_best_clip(x: np.ndarray, bits: int, steps: int) -> float:
+    """The MSE search in plain numpy: candidates absmax*k/steps, float32 scale
+    absmax/((qmax-qmin)/2), half-to-even codes saturated, least mean error."""
+    qmin, qmax = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    x = x.astype(np.float64).ravel()
+    peak = np.abs(x).max()
+    best, best_err = None, np.inf
+    for k in range(1, steps + 1):
+        clip = peak * k / steps
+        scale = np.float64(np.float32(np.float32(clip) / np.float32((qmax - qmin) / 2)))
+        err = np.mean((np.clip(np.rint(x / scale), qmin, qmax) * scale - x) ** 2)
+        if err < best_err:
+            best, best_err = clip, err
+    return best
+
+
+@pytest.mark.parametrize("dtype", [qint8, qint16])
+def test_mse_observer_picks_the_least_error_range(dtype):
+    from hbir.quantization import MSEObserver
+
+    g = torch.Generator().manual_seed(3)
+    # heavy tails: the least-error range clips the outliers
+    batches = [torch.randn(4096, generator=g) ** 3 for _ in range(3)]
+    obs = MSEObserver(dtype=dtype, steps=64)
+    for b in batches:
+        obs(b)
+    clips = [_numpy_best_clip(b.numpy(), dtype.bits, 64) for b in batches]
+    assert float(obs.absmax()) == pytest.approx(np.mean(clips), rel=1e-6)
+    if dtype == qint8:
+        assert np.mean(clips) < 0.9 * max(float(b.abs().max()) for b in batches)
+    scale, _ = obs.calculate_qparams()
+    qmax = dtype.max
+    expected = np.float32(np.float32(np.mean(clips)) / np.float32(qmax + 0.5))
+    assert scale.item() == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_mse_observer_refuses_bad_steps():
+    from hbir.quantization import MSEObserver
+
+    with pytest.raises(ValueError, match="steps must be a positive integer"):
+        MSEObserver(steps=0)
+
+
+def test_clip_observer_bounds_the_running_range():
+    from hbir.quantization import ClipObserver
+
+    batches = _batches(3)
+    obs = ClipObserver(xmin=-2.0, xmax=1.5)
+    for b in batches:
+        obs(b)
+    everything = torch.cat(batches).numpy()
+    absmax = max(-max(everything.min(), -2.0), min(everything.max(), 1.5))
+    assert float(obs.absmax()) == pytest.approx(absmax)
+    scale, _ = obs.calculate_qparams()
+    assert scale.item() == pytest.approx(np.float32(absmax) / np.float32(127.5))
+    # a range inside the bounds is kept as observed
+    small = ClipObserver(xmin=-100.0, xmax=100.0)
+    small(batches[0])
+    assert float(small.absmax()) == pytest.approx(float(batches[0].abs().max()))
+
+
+def test_clip_observer_refuses_a_range_without_zero():
+    from hbir.quantization import ClipObserver
+
+    with pytest.raises(ValueError, match="xmin <= 0 <= xmax"):
+        ClipObserver(xmin=0.5, xmax=1.0)
+
+
+def test_histogram_reset_scale_recomputes_from_the_gathered_histogram():
+    from hbir.quantization import FakeQuantize
+
+    g = torch.Generator().manual_seed(5)
+    data = torch.randn(20000, generator=g) ** 3
+    model = torch.nn.Sequential(FakeQuantize(HistogramObserver, qint8))
+    model[0].enable_fake_quant(False)
+    model(data)
+    # the same histogram with another percentile, gathered afresh
+    fresh = FakeQuantize(HistogramObserver, qint16, percentile=0.999)
+    fresh.enable_fake_quant(False)
+    fresh(data)
+    count = HistogramObserver.reset_scale(
+        model, method="percentile", method_kwargs={"percentile": 0.999}, dtype=qint16
+    )
+    assert count == 1
+    assert model[0].dtype == qint16 and model[0].quant_max == 32767
+    assert torch.equal(model[0].scale, fresh.scale)
+    # "max" keeps the whole range: the largest magnitude seen
+    HistogramObserver.reset_scale(model, method="max")
+    expected = np.float32(data.abs().max().item()) / np.float32(32767.5)
+    assert model[0].scale.item() == pytest.approx(float(expected), rel=1e-6)
+    with pytest.raises(ValueError, match="method must be one of"):
+        HistogramObserver.reset_scale(model, method="kl")

@@ -1,7 +1,7 @@
 """qconfigs and overrides: they take effect, and model_check_result.txt shows it."""
 
 import operator
-import warnings
+import sys
 
 import pytest
 import torch
@@ -12,6 +12,7 @@ from hbir.quantization import (
     HistogramObserver,
     MinMaxObserver,
     PerChannelMinMaxObserver,
+    PrepareError,
     QconfigSetter,
     QuantStub,
     get_qconfig,
@@ -139,13 +140,18 @@ def test_name_beats_type_and_longest_name_wins(tmp_path):
     assert _out_dtype(qat, "block._generated_add_0") == qint16
 
 
-def test_unmatched_override_warns_and_is_flagged(tmp_path):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        _, text = _prepare(
-            tmp_path, QconfigSetter(module_name={"backbone.conv1": qint16})
-        )
-    assert any("applied to no module" in str(w.message) for w in caught)
+def test_misspelt_module_name_is_a_located_error(tmp_path):
+    """A name rule that sets no module is a misspelling: the error names the
+    rule, where the setter was made and the nearest module names; the check
+    file is still written, flagging it."""
+    setter = QconfigSetter(module_name={"backbone.conv1": qint16})
+    made_at = f"{__file__}:{sys._getframe().f_lineno - 1}"
+    with pytest.raises(PrepareError) as caught:
+        _prepare(tmp_path, setter)
+    message = str(caught.value)
+    assert f"{made_at}: module_name['backbone.conv1'] names no module" in message
+    assert "nearest: " in message and "conv1" in message.split("nearest: ")[1]
+    text = (tmp_path / "model_check_result.txt").read_text()
     assert "| module_name['backbone.conv1'] | WARNING: applied to no module |" in text
 
 

@@ -452,3 +452,103 @@ def test_nv12_model_takes_its_two_planes(tmp_path, tmp_path_factory, capsys):
     )
     assert (status, err) == (0, "")
     assert rows(out)[1] == ["_output_0", "True", "0/10 (0.00%)", "0", "0", "True"]
+
+
+# ------------------------------------------------------------------ reference flags
+
+
+def test_board_flags_are_accepted_and_reported_not_applicable(
+    resnet, resnet_hbm, capsys
+):
+    folder, _ = resnet
+    status, out, err = run(
+        capsys,
+        "-m",
+        f"{folder}/quantized.bc,{resnet_hbm}",
+        "-i",
+        folder / "x.npy",
+        "--ip",
+        "None,10.0.0.2",
+        "-u",
+        "root",
+        "-p",
+        "secret",
+        "--port",
+        "22",
+        "--remote-root",
+        "/tmp/hb",
+        "--skip-arm",
+        "--skip-sim",
+        "-s",
+    )
+    assert (status, err) == (0, "")
+    notes = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        "note: --ip 10.0.0.2 (model.hbm): board runs are not applicable; it runs "
+        "on the simulator",
+        "note: -u/--username: a board option, not applicable to the simulator",
+        "note: -p/--password: a board option, not applicable to the simulator",
+        "note: --port: a board option, not applicable to the simulator",
+        "note: --remote-root: a board option, not applicable to the simulator",
+        "note: --skip-arm: there is no board run to skip",
+        "note: --skip-sim: the simulator is the only runner here; it runs",
+        "note: -s/--run-sim (deprecated): the simulator always runs",
+    ]
+    assert rows(out)[1][:2] == ["_output_0", "True"]
+    # the reference's own example: --ip None,<board> with the simulator first
+    status, out, _ = run(
+        capsys,
+        "-m",
+        f"{folder}/quantized.bc,{resnet_hbm}",
+        "-i",
+        folder / "x.npy",
+        "--ip",
+        "None,None",
+    )
+    assert status == 0 and "note:" not in out
+
+
+def test_ip_with_more_entries_than_models_is_refused(resnet, resnet_hbm, capsys):
+    folder, _ = resnet
+    status, out, err = run(
+        capsys,
+        "-m",
+        f"{folder}/quantized.bc,{resnet_hbm}",
+        "-i",
+        folder / "x.npy",
+        "--ip",
+        "None,None,None",
+    )
+    assert status == 2 and out == ""
+    assert "--ip None,None,None: one entry per model (2)" in err
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("hb_verifier (hbir")
+
+
+def test_second_input_is_the_io_removed_models_own_data(resnet, tmp_path, capsys):
+    """The reference's second -i: runtime data (int8 codes) for a model whose
+    Quantize / Dequantize were removed, against quantized.bc on float data."""
+    folder, quantized = resnet
+    removed = quantized.clone()
+    removed.functions[0].remove_io_op(op_types=["Quantize", "Dequantize"])
+    hbir.compile(removed, tmp_path / "removed.hbm", march="nash-e")
+    (arg,) = removed.functions[0].inputs
+    scale = np.float32(arg.quant_info.scales[0])
+    x = np.load(folder / "x.npy")
+    codes = np.clip(np.rint(x / scale), -128, 127).astype(np.int8)
+    np.save(tmp_path / "codes.npy", codes)
+    args = ["-m", f"{folder}/quantized.bc,{tmp_path}/removed.hbm"]
+    status, out, err = run(
+        capsys, *args, "-i", folder / "x.npy", "-i", tmp_path / "codes.npy"
+    )
+    assert (status, err) == (0, "")
+    assert rows(out)[1][1] == "True" and rows(out)[1][5] == "True"
+    assert "bit-identical: all 20 elements" in out
+    # one -i: both models get the float data, which the removed model refuses
+    status, _, err = run(capsys, *args, "-i", folder / "x.npy")
+    assert status == 2 and "compare models that take the same inputs" in err

@@ -1,0 +1,6 @@
+"""``horizon_plugin_pytorch.quantization.fake_quantize``."""
+
+from hbir.quantization.fake_quantize import FakeQuantize
+from hbir.quantization.states import FakeQuantState, set_fake_quantize
+
+__all__ = ["FakeQuantState", "FakeQuantize", "set_fake_quantize"]
