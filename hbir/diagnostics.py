@@ -458,24 +458,30 @@ def verify(
     dimensions, element types without a numpy dtype), two inputs or two outputs
     with one name.
     """
+
+    def each_op(check) -> None:
+        for op in module.walk():
+            try:
+                check(op)
+            except (VerifyException, DiagnosticException) as e:
+                where, context = describe_location(op, spans, filename, line_offset)
+                message = _message(e, first_line=False)
+                raise HbirVerifyError(
+                    f"{where}: error: '{op.name}' op {message}{context}"
+                ) from None
+
     try:
-        # every op's own rules first, then the marks (which read neighbours)
-        for check in (_check_op, _check_marks):
-            for op in module.walk():
-                try:
-                    check(op)
-                except (VerifyException, DiagnosticException) as e:
-                    where, context = describe_location(op, spans, filename, line_offset)
-                    message = _message(e, first_line=False)
-                    raise HbirVerifyError(
-                        f"{where}: error: '{op.name}' op {message}{context}"
-                    ) from None
+        # xDSL's verifier runs every op's own rules once; only when it fails
+        # are they run op by op, so that the first failing op is located.
         try:
             module.verify()
         except (VerifyException, DiagnosticException) as e:
+            each_op(_check_op)
             # Structural problems (terminators, regions): keep only the message
             # line, not the whole-module dump xDSL attaches.
             raise HbirVerifyError(f"{filename}: error: {_message(e)}") from None
+        each_op(_check_types)
+        each_op(_check_marks)  # after every op's own rules: they read neighbours
         _check_order(module.body, set(), spans, filename, line_offset)
     except RecursionError:
         raise HbirVerifyError(
