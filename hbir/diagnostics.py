@@ -49,7 +49,6 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
 
-from hbir.dialects.hbir import numpy_dtype
 from hbir.errors import (
     HbirError,
     HbirFileError,
@@ -505,6 +504,10 @@ def _check_marks(op: Operation) -> None:
 
 def _check_types(op: Operation) -> None:
     """A function's signature and an op's results: types ``feed`` can run."""
+    # imported here: the dialect's definitions take half a second to load, and
+    # the tools import this module before they parse their arguments
+    from hbir.dialects.hbir import numpy_dtype
+
     if isinstance(op, FuncOp):
         if not op.body.blocks:
             raise VerifyException(
