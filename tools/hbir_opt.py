@@ -30,6 +30,8 @@ from hbir.passes import (
     load_plugin,
     options,
     pass_options,
+    source_options,
+    source_summary,
     summaries,
     summary,
 )
@@ -143,6 +145,9 @@ class HbirOptMain(xDSLOptMain):
         lines = ["passes:"]
         ours = summaries()  # read from the sources: no pass module is imported
         our_options = options()
+        for name, (module, cls) in _XDSL_PASSES.items():
+            ours.setdefault(name, source_summary(module, cls))
+            our_options.setdefault(name, source_options(module, cls))
         for name in sorted(self.available_passes):
             text = ours.get(name) or summary(self.available_passes[name]())
             lines.append(f"  {name:<24} {text}")
