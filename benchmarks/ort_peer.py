@@ -28,7 +28,26 @@ def sessions(model, example, calibration: list[np.ndarray], threads: int = 1):
     """ORT sessions of ``model`` (float torch, one input): ``"fp32"``, and
     ``"int8"`` quantized to QDQ (u8s8, per channel) on ``calibration``; run either
     with ``session.run(None, {"input": x})``."""
+    with tempfile.TemporaryDirectory() as folder:
+        files = onnx_files(model, example, calibration, folder)
+        return {key: session(path, threads) for key, path in files.items()}
+
+
+def session(path: str, threads: int = 1):
+    """An ORT CPU session of the ONNX file ``path`` on ``threads`` threads."""
     import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: not its graph clean-up notes
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def onnx_files(model, example, calibration: list[np.ndarray], folder: str):
+    """``{"fp32": path, "int8": path}``: ``model`` exported to ONNX in ``folder``,
+    and its static QDQ quantization (u8s8, per channel) on ``calibration``, the
+    model every int8 peer runs (``openvino_peer`` reads the same file)."""
     import torch
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -45,38 +64,30 @@ def sessions(model, example, calibration: list[np.ndarray], threads: int = 1):
             x = next(self._batches, None)
             return None if x is None else {"input": x}
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only: not its graph clean-up notes
-    with tempfile.TemporaryDirectory() as folder:
-        fp32 = os.path.join(folder, "fp32.onnx")
-        int8 = os.path.join(folder, "int8.onnx")
-        torch.onnx.export(
-            model.eval(),
-            (example,),
+    fp32 = os.path.join(folder, "fp32.onnx")
+    int8 = os.path.join(folder, "int8.onnx")
+    torch.onnx.export(
+        model.eval(),
+        (example,),
+        fp32,
+        input_names=["input"],
+        output_names=["output"],
+        opset_version=17,
+        dynamo=False,
+    )
+    # quantize_static logs its advice (pre-processing) as root warnings.
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR
+    try:
+        quantize_static(
             fp32,
-            input_names=["input"],
-            output_names=["output"],
-            opset_version=17,
-            dynamo=False,
+            int8,
+            Batches(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
         )
-        # quantize_static logs its advice (pre-processing) as root warnings.
-        root = logging.getLogger()
-        level, root.level = root.level, logging.ERROR
-        try:
-            quantize_static(
-                fp32,
-                int8,
-                Batches(),
-                quant_format=QuantFormat.QDQ,
-                activation_type=QuantType.QUInt8,
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-            )
-        finally:
-            root.level = level
-        return {
-            key: ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-            for key, path in (("fp32", fp32), ("int8", int8))
-        }
+    finally:
+        root.level = level
+    return {"fp32": fp32, "int8": int8}

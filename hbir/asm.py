@@ -30,6 +30,7 @@ the custom forms ``hbir-opt`` prints.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 
@@ -46,7 +47,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Operation, Region, SSAValue, TypeAttribute
 from xdsl.traits import IsolatedFromAbove
 
 from hbir.dialects.op_ids import numbered_ops
@@ -117,6 +118,9 @@ class ReferencePrinter(HbirPrinter):
             attribute = NameLoc(attribute.desc, NoneAttr())
         if isinstance(attribute, DictionaryAttr):  # sorted, as MLIR keeps them
             self._print_sorted_dict(attribute.data)
+            return
+        if isinstance(attribute, TypeAttribute):  # printed once per process
+            self.print_string(_type_text(attribute))
             return
         super().print_attribute(attribute)
 
@@ -202,6 +206,16 @@ class ReferencePrinter(HbirPrinter):
                 self.print_list(value.get_values(), lambda v: self.print_float(v, f64))
             else:
                 self.print_list(value.get_values(), lambda v: self.print_int(v))
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_text(t: TypeAttribute) -> str:
+    """The text of type ``t``. A model prints the same few tensor types at every
+    op (operands and results), and xDSL's printer takes ~0.3 ms per type: the
+    emitter prints every CPU island of a model.hbm this way (``hbir/hbm/emit.py``)."""
+    stream = io.StringIO()
+    HbirPrinter.print_attribute(ReferencePrinter(stream=stream), t)
+    return stream.getvalue()
 
 
 def _prints_as_list(value: DenseArrayBase) -> bool:

@@ -3,8 +3,9 @@
 The ``compile`` phase of ``passes/pipelines.py`` (``npu-lower``, ``npu-layout``,
 ``npu-fuse``, ``npu-tile``, ``npu-schedule``, ``npu-plan-memory``) on a clone of
 the model, the march passed to every pass, the module verified (IR and SRAM)
-after each pass — the same as ``hbir-opt quantized.bc --compile-to=compile
---march=<march>`` (:func:`lower_to_npu`); then the emitter turns the npu module
+once at the end, or after each pass with ``verify_each`` — the same as
+``hbir-opt quantized.bc --compile-to=compile --march=<march>``
+(:func:`lower_to_npu`); then the emitter turns the npu module
 into the program a ``.hbm`` file holds (:func:`compile`).
 """
 
@@ -23,7 +24,7 @@ from hbir.module import Module, require_module
 if TYPE_CHECKING:
     from hbir.hbm import Hbm
 
-__all__ = ["compile", "compile_passes", "lower_to_npu", "run_passes"]
+__all__ = ["compile", "compile_passes", "final_check", "lower_to_npu", "run_passes"]
 
 
 def compile_passes(march: str, opt: int = 2, stop: str | None = None):
@@ -55,6 +56,7 @@ def lower_to_npu(
     progress_bar: bool = False,
     time_passes: bool = False,
     verify_passes: bool = True,
+    verify_each: bool | None = None,
 ) -> Module:
     """The compile phase on a clone of ``quantized.bc``: the npu-dialect module
     (layout, fusion, tiles, DMA schedule and memory plan all in the IR;
@@ -64,9 +66,13 @@ def lower_to_npu(
     ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
     each pass's time to it. A model with fake quantization (qat.bc) is refused:
-    convert it first. ``verify_passes=False`` skips the verification after each
-    pass (``hbir/fast_feed.py``, whose program the loader's rules verify).
+    convert it first. The module is verified once, after the last pass;
+    ``verify_each=True`` verifies it after every pass too (None: the
+    ``HBIR_VERIFY_EACH`` environment variable, which the tests set).
+    ``verify_passes=False`` skips the IR verification altogether
+    (``hbir/fast_feed.py``, whose program the loader's rules verify).
     """
+    from hbir.passes import pipelines
     from hbir.passes.march import UnknownMarchError, get_march
 
     require_module(m, "hbir.compile", "compile")
@@ -85,12 +91,20 @@ def lower_to_npu(
     compiled = m.clone()
     passes = compile_passes(march, opt)
 
+    each = verify_passes and pipelines.verify_each(verify_each)
+
     def report(i: int, name: str, ran: float, checked: float) -> None:
         if progress_bar or time_passes:
-            took = f" ({ran:.3f} s + verify {checked:.3f} s)" if time_passes else ""
+            took = ""
+            if time_passes:
+                took = (
+                    f" ({ran:.3f} s + verify {checked:.3f} s)"
+                    if each
+                    else (f" ({ran:.3f} s)")
+                )
             print(f"compile [{i + 1}/{len(passes)}] {name}{took}", file=sys.stderr)
 
-    run_passes(compiled, passes, report, verify=verify_passes)
+    run_passes(compiled, passes, report, verify=verify_passes, verify_each=each)
     return compiled
 
 
@@ -104,6 +118,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
     progress_bar: bool = False,
     time_passes: bool = False,
     verify_passes: bool = True,
+    verify_each: bool | None = None,
     **options,
 ) -> Hbm:
     """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m"; None: the
@@ -122,8 +137,10 @@ def compile(  # noqa: A001 - the reference toolchain's name
     ``input_no_padding``, ``cache_mode``, ...) where they hold for the march
     model, and refused by name where not (``hbir/compile_options.py``).
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
-    each pass's time to it; ``verify_passes=False`` skips the IR verification
-    after each pass (the emitted program is verified all the same).
+    each pass's time to it. The IR is verified once after the compile phase;
+    ``verify_each=True`` verifies it after every pass too (None: the
+    ``HBIR_VERIFY_EACH`` environment variable); ``verify_passes=False`` skips
+    the IR verification (the emitted program is verified all the same).
     """
     from hbir import fast_feed
     from hbir.hbm import Hbm, container, verify
@@ -135,7 +152,9 @@ def compile(  # noqa: A001 - the reference toolchain's name
         )
     march = march or default_march() or getattr(m, "march", None) or "nash-e"
     compile_options.check(options, march)
-    compiled = lower_to_npu(m, march, opt, progress_bar, time_passes, verify_passes)
+    compiled = lower_to_npu(
+        m, march, opt, progress_bar, time_passes, verify_passes, verify_each
+    )
     program = emit(compiled, m)
     if path is None:
 
@@ -152,34 +171,69 @@ def compile(  # noqa: A001 - the reference toolchain's name
     return hbm
 
 
-def run_passes(module: Module, passes, on_pass=None, verify: bool = True) -> None:
-    """Apply ``passes`` in order, verifying after each: xDSL's verifier (every op's
-    own rules) and the SRAM verifier; the first failure is re-raised as a located
-    error. The model API's stricter checks (``diagnostics.verify``) run once at
-    the end. ``on_pass(index, name, pass seconds, verify seconds)``.
-    ``verify=False``: the passes alone."""
-    from xdsl.utils.exceptions import DiagnosticException, VerifyException
+def run_passes(
+    module: Module,
+    passes,
+    on_pass=None,
+    verify: bool = True,
+    verify_each: bool | None = None,
+) -> None:
+    """Apply ``passes`` in order, then verify the module once: the model API's
+    checks (``diagnostics.verify``: every op's own rules and more) and the SRAM
+    verifier; the first failure is a located error.
 
-    from hbir.dialects.npu import verify_sram
+    ``verify_each`` (None: ``HBIR_VERIFY_EACH``, :func:`~hbir.passes.pipelines.
+    verify_each`) also verifies after every pass (xDSL's verifier and the SRAM
+    verifier), so a failure names the pass that broke the IR.
+    ``on_pass(index, name, pass seconds, verify seconds)`` after each pass (0
+    verify seconds when not verifying each). ``verify=False``: the passes alone.
+    """
+    from hbir.passes.pipelines import verify_each as wanted
 
     ctx, op = make_context(), module.module.op
+    each = verify and wanted(verify_each)
     for i, p in enumerate(passes):
         started = time.perf_counter()
         p.apply(ctx, op)
         ran = time.perf_counter() - started
-        if not verify:
-            continue
         started = time.perf_counter()
-        try:
-            op.verify()
-        except (VerifyException, DiagnosticException):
-            diagnostics.verify(op, filename=f"after pass '{p.name}'")
-            raise
-        try:
-            verify_sram(op)
-        except VerifyException as e:
-            raise diagnostics.HbirError(f"after pass '{p.name}': error: {e}") from None
+        if each:
+            _verify_after(op, p.name)
         if on_pass is not None:
             on_pass(i, p.name, ran, time.perf_counter() - started)
     if verify:
-        diagnostics.verify(op, filename="after compile")
+        final_check(module)
+
+
+def final_check(module: Module) -> None:
+    """The check after the whole phase: ``diagnostics.verify`` (every op's
+    rules, the types ``feed`` can run, use before definition) and the SRAM
+    verifier, as a located error."""
+    from xdsl.utils.exceptions import VerifyException
+
+    from hbir.dialects.npu import verify_sram
+
+    op = module.module.op
+    diagnostics.verify(op, filename="after compile")
+    try:
+        verify_sram(op)
+    except VerifyException as e:
+        raise diagnostics.HbirError(f"after compile: error: {e}") from None
+
+
+def _verify_after(op, name: str) -> None:
+    """xDSL's verifier and the SRAM verifier after pass ``name``; a failure is
+    re-raised located (``diagnostics.verify``) and naming the pass."""
+    from xdsl.utils.exceptions import DiagnosticException, VerifyException
+
+    from hbir.dialects.npu import verify_sram
+
+    try:
+        op.verify()
+    except (VerifyException, DiagnosticException):
+        diagnostics.verify(op, filename=f"after pass '{name}'")
+        raise
+    try:
+        verify_sram(op)
+    except VerifyException as e:
+        raise diagnostics.HbirError(f"after pass '{name}': error: {e}") from None

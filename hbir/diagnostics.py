@@ -49,7 +49,6 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
 
-from hbir.dialects.hbir import numpy_dtype
 from hbir.errors import (
     HbirError,
     HbirFileError,
@@ -458,24 +457,30 @@ def verify(
     dimensions, element types without a numpy dtype), two inputs or two outputs
     with one name.
     """
+
+    def each_op(check) -> None:
+        for op in module.walk():
+            try:
+                check(op)
+            except (VerifyException, DiagnosticException) as e:
+                where, context = describe_location(op, spans, filename, line_offset)
+                message = _message(e, first_line=False)
+                raise HbirVerifyError(
+                    f"{where}: error: '{op.name}' op {message}{context}"
+                ) from None
+
     try:
-        # every op's own rules first, then the marks (which read neighbours)
-        for check in (_check_op, _check_marks):
-            for op in module.walk():
-                try:
-                    check(op)
-                except (VerifyException, DiagnosticException) as e:
-                    where, context = describe_location(op, spans, filename, line_offset)
-                    message = _message(e, first_line=False)
-                    raise HbirVerifyError(
-                        f"{where}: error: '{op.name}' op {message}{context}"
-                    ) from None
+        # xDSL's verifier runs every op's own rules once; only when it fails
+        # are they run op by op, so that the first failing op is located.
         try:
             module.verify()
         except (VerifyException, DiagnosticException) as e:
+            each_op(_check_op)
             # Structural problems (terminators, regions): keep only the message
             # line, not the whole-module dump xDSL attaches.
             raise HbirVerifyError(f"{filename}: error: {_message(e)}") from None
+        each_op(_check_types)
+        each_op(_check_marks)  # after every op's own rules: they read neighbours
         _check_order(module.body, set(), spans, filename, line_offset)
     except RecursionError:
         raise HbirVerifyError(
@@ -499,6 +504,10 @@ def _check_marks(op: Operation) -> None:
 
 def _check_types(op: Operation) -> None:
     """A function's signature and an op's results: types ``feed`` can run."""
+    # imported here: the dialect's definitions take half a second to load, and
+    # the tools import this module before they parse their arguments
+    from hbir.dialects.hbir import numpy_dtype
+
     if isinstance(op, FuncOp):
         if not op.body.blocks:
             raise VerifyException(

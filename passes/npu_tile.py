@@ -288,6 +288,15 @@ def tile_op(op: Operation, limit: int, align: int) -> int:
     if axis is None:
         return 1
     rows = shape_of(op.results[0])[axis]
+    # The first tile of any tiling reads a superset of what a one-row first tile
+    # reads (its rows, their halo, the same weights): when that does not fit,
+    # nothing will. Without this check, a linear whose weight alone is above
+    # SRAM (ViT-B's MLP) built and discarded every tiling from 2 to all rows.
+    ops, smallest = _build_tile(op, axis, 0, 1)
+    fits = npu.working_set(smallest, align) <= limit
+    _discard([(ops, smallest)])
+    if not fits:
+        return 1
     first = max(2, -(-npu.working_set(op, align) // limit))
     for n in range(min(first, rows), rows + 1):
         ranges = _rows(rows, n)

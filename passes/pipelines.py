@@ -1,7 +1,8 @@
 """Named phases: the flat pass lists that take a model from one stage to the next.
 
-``hbir-opt --compile-to=<stop>`` runs every phase up to ``stop``, verifying the
-module after each pass. ``stop`` is a phase (run it whole) or a pass of a phase (run
+``hbir-opt --compile-to=<stop>`` runs every phase up to ``stop`` and verifies the
+module once at the end (after each pass with ``--verify-each``: see
+:func:`verify_each`). ``stop`` is a phase (run it whole) or a pass of a phase (run
 that phase up to and including the pass). A phase with no passes yet is an error.
 
 * ``export``: what follows the 1:1 import of the torch graph
@@ -17,6 +18,8 @@ march)``; ``hbir-opt --march``), so one march flows through every phase.
 
 from __future__ import annotations
 
+import os
+
 PHASES: dict[str, list[str]] = {
     "export": ["configure-lut", "fold-constants", "cleanup"],
     "convert": ["convert{march=nash-e}"],
@@ -29,6 +32,26 @@ PHASES: dict[str, list[str]] = {
         "npu-plan-memory{march=nash-e}",
     ],
 }
+
+
+# Set (to anything but "" or "0") to verify the module after every pass by
+# default; the test suite sets it (tests/conftest.py), so every compile a test
+# runs checks each pass's output.
+VERIFY_EACH_ENV = "HBIR_VERIFY_EACH"
+
+
+def verify_each(requested: bool | None = None) -> bool:
+    """Whether to verify the module after every pass, not only once at the end.
+
+    ``requested`` is the caller's choice (``--verify-each``, ``verify_each=``);
+    None takes the default from the ``HBIR_VERIFY_EACH`` environment variable.
+    Verifying after each pass names the pass that broke the IR; it costs about
+    as much again as the passes themselves (docs/compile.md), so it is off
+    outside the tests.
+    """
+    if requested is not None:
+        return bool(requested)
+    return os.environ.get(VERIFY_EACH_ENV, "") not in ("", "0")
 
 
 def with_march(spec: str, march: str | None) -> str:

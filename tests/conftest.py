@@ -7,6 +7,10 @@ import sys
 for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
+# Every compile a test runs (in this process and in the tools it starts) verifies
+# the IR after each pass, not only once at the end (passes/pipelines.py).
+os.environ.setdefault("HBIR_VERIFY_EACH", "1")
+
 
 def _load_shared(name: str, file: str) -> None:
     """Make tests/<file> importable as ``name`` (the model zoo and its stages,

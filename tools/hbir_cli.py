@@ -3,6 +3,7 @@
     hbir export   --qat qat.pt [--model file.py:factory] --data x.npy -o qat.bc
     hbir convert  qat.bc -o quantized.bc [--march nash-e] [--advice]
     hbir compile  quantized.bc -o model.hbm [--march nash-e] [--opt 2] [--progress]
+                  [--verify-each]
     hbir run      MODEL -i x.npy [-o outputs.npz]       (.bc, .mlir or .hbm)
     hbir perf     model.hbm [--out-dir DIR]             (or a quantized.bc)
     hbir verify   MODEL_A MODEL_B -i x.npy              (bit identity; exit 1 if not)
@@ -108,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--time-passes", action="store_true", help="with --progress: each pass's time"
+    )
+    p.add_argument(
+        "--verify-each",
+        action="store_true",
+        default=None,
+        help="verify the IR after every compile pass (default: once at the end; "
+        "on where the environment sets HBIR_VERIFY_EACH=1)",
     )
 
     p = sub.add_parser(

@@ -30,11 +30,13 @@ from hbir.passes import (
     load_plugin,
     options,
     pass_options,
+    source_options,
+    source_summary,
     summaries,
     summary,
 )
 from hbir.passes.march import UnknownMarchError
-from hbir.passes.pipelines import PHASES, pipeline_up_to, stop_points
+from hbir.passes.pipelines import PHASES, pipeline_up_to, stop_points, verify_each
 
 # A compiled model and its text form (hbir/hbm/container.py, hbir/hbm/text.py).
 HBM_SUFFIXES = (".hbm", ".hbms")
@@ -112,8 +114,15 @@ class HbirOptMain(xDSLOptMain):
             "--compile-to",
             choices=stop_points(),
             default=None,
-            help="run the phases up to and including this phase or pass, "
-            "verifying after each",
+            help="run the phases up to and including this phase or pass",
+        )
+        arg_parser.add_argument(
+            "--verify-each",
+            action="store_true",
+            default=None,
+            help="verify the module after every pass, naming the pass that broke "
+            "it (default: once, after the last pass; on where the environment "
+            "sets HBIR_VERIFY_EACH=1, as the tests do)",
         )
         arg_parser.add_argument(
             "--march",
@@ -136,6 +145,9 @@ class HbirOptMain(xDSLOptMain):
         lines = ["passes:"]
         ours = summaries()  # read from the sources: no pass module is imported
         our_options = options()
+        for name, (module, cls) in _XDSL_PASSES.items():
+            ours.setdefault(name, source_summary(module, cls))
+            our_options.setdefault(name, source_options(module, cls))
         for name in sorted(self.available_passes):
             text = ours.get(name) or summary(self.available_passes[name]())
             lines.append(f"  {name:<24} {text}")
@@ -171,6 +183,8 @@ class HbirOptMain(xDSLOptMain):
                     specs.extend(phase_specs)
         started = [time.perf_counter()]
 
+        each = verify_each(self.args.verify_each)
+
         def verify_between(previous, module: ModuleOp, next_pass) -> None:
             if self.args.time_passes and previous is not None:
                 took = time.perf_counter() - started[0]
@@ -178,14 +192,18 @@ class HbirOptMain(xDSLOptMain):
                     f"hbir-opt: pass '{previous.name}' took {took:.3f} s",
                     file=sys.stderr,
                 )
-            if not self.args.disable_verify and previous is not None:
-                diagnostics.verify(module, filename=f"after pass '{previous.name}'")
+            last = next_pass is None
+            if not self.args.disable_verify and previous is not None and (each or last):
+                where = (
+                    f"after pass '{previous.name}'"
+                    if each
+                    else "after the passes (--verify-each: after every pass)"
+                )
+                diagnostics.verify(module, filename=where)
                 try:
                     verify_sram(module)
                 except Exception as e:
-                    raise diagnostics.HbirError(
-                        f"after pass '{previous.name}': error: {e}"
-                    ) from None
+                    raise diagnostics.HbirError(f"{where}: error: {e}") from None
             started[0] = time.perf_counter()
 
         spec = ",".join(specs)

@@ -56,6 +56,7 @@ def compile_model(ns) -> int:
         opt=ns.opt,
         progress_bar=ns.progress,
         time_passes=ns.time_passes,
+        verify_each=ns.verify_each,
     )
     print(f"wrote {ns.output} ({ns.march}, opt {ns.opt})")
     return 0

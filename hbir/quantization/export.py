@@ -631,10 +631,11 @@ def export(
 
 
 def _run_export_passes(module_op: ModuleOp, stop: str, where: str) -> None:
-    """The ``export`` phase's passes up to ``stop``, verifying after each."""
+    """The ``export`` phase's passes up to ``stop``, verifying once at the end
+    (after each with ``HBIR_VERIFY_EACH``: ``passes/pipelines.py``)."""
     from hbir.dialects import make_context
     from hbir.passes import get_all_passes
-    from hbir.passes.pipelines import pipeline_up_to
+    from hbir.passes.pipelines import pipeline_up_to, verify_each
 
     try:
         phases = pipeline_up_to(stop)
@@ -644,6 +645,10 @@ def _run_export_passes(module_op: ModuleOp, stop: str, where: str) -> None:
         raise ExportError(f"export: stop_after={stop!r} is not a pass of export")
     ctx = make_context()
     available = get_all_passes()
-    for spec in phases[0][1]:
+    specs, each = phases[0][1], verify_each()
+    for spec in specs:
         available[spec]()().apply(ctx, module_op)
-        diagnostics.verify(module_op, filename=f"{where}, after pass '{spec}'")
+        if each:
+            diagnostics.verify(module_op, filename=f"{where}, after pass '{spec}'")
+    if not each:
+        diagnostics.verify(module_op, filename=f"{where}, after its passes")

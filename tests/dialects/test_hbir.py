@@ -132,3 +132,16 @@ def test_resize2d_with_one_scale_is_a_verify_error():
         hbir.HbirVerifyError, match=r"scale needs 2 values \(H, W\), got 1"
     ):
         hbir.Module.parse(text)  # was IndexError
+
+
+def test_ints_packs_what_xdsl_from_list_packs():
+    from xdsl.dialects.builtin import DenseArrayBase, i64
+
+    from hbir.dialects.hbir import ints
+
+    cases = [[], [0], [1, -1, 2**63 - 1, -(2**63)], list(np.arange(-5, 5)), [2**63]]
+    cases.append(list(np.random.default_rng(0).integers(-(2**40), 2**40, 500)))
+    for values in cases:
+        want = DenseArrayBase.from_list(i64, list(values))
+        got = ints(values)
+        assert got == want and got.data.data == want.data.data

@@ -18,11 +18,13 @@ import torch
 import torch.nn.functional as F
 import zoo
 from torch import nn
+from xdsl.dialects.func import ReturnOp
+from xdsl.passes import ModulePass
 from zoo_stages import calibrated, validated
 
 import hbir
 from hbir import diagnostics
-from hbir.compile import compile_passes, lower_to_npu
+from hbir.compile import compile_passes, lower_to_npu, run_passes
 from hbir.dialects import make_context, npu
 from hbir.passes.npu_lower import CompileError
 from hbir.passes.npu_tile import NpuTilePass
@@ -371,3 +373,67 @@ def test_a_wrong_opt_and_an_unwritable_path_are_located_errors(tmp_path_factory)
     missing = tmp_path_factory.mktemp("out") / "no_such_folder" / "model.hbm"
     with pytest.raises(hbir.HbirOutputError, match="no_such_folder/model.hbm: cannot"):
         hbir.compile(quantized, missing, "nash-e")
+
+
+# ---------------------------------------------------------------- verification
+
+
+class _DropReturn(ModulePass):
+    """Breaks the IR: ``forward`` loses its terminator."""
+
+    name = "drop-return"
+
+    def apply(self, ctx, op) -> None:
+        for inner in op.walk():
+            if isinstance(inner, ReturnOp):
+                inner.detach()
+                inner.erase()
+                return
+
+
+def _count_sram_checks(monkeypatch) -> list[int]:
+    calls = [0]
+    real = npu.verify_sram
+
+    def counted(op):
+        calls[0] += 1
+        return real(op)
+
+    monkeypatch.setattr(npu, "verify_sram", counted)
+    return calls
+
+
+@pytest.mark.parametrize("each", [False, True])
+def test_the_compile_phase_verifies_once_or_after_every_pass(each, monkeypatch):
+    calls = _count_sram_checks(monkeypatch)
+    passes = compile_passes("nash-e")
+    run_passes(hbir.Module.parse(LONG_GEMM), passes, verify=False)
+    by_passes = calls[0]  # npu-tile checks what it tiles
+    calls[0] = 0
+    run_passes(hbir.Module.parse(LONG_GEMM), passes, verify_each=each)
+    assert calls[0] - by_passes == (len(passes) + 1 if each else 1)
+
+
+def test_verify_each_names_the_pass_that_broke_the_ir(monkeypatch):
+    passes = [*compile_passes("nash-e"), _DropReturn()]
+    with pytest.raises(diagnostics.HbirVerifyError, match="after pass 'drop-return'"):
+        run_passes(hbir.Module.parse(LONG_GEMM), passes, verify_each=True)
+    # verified once: the break is found all the same, at the end
+    with pytest.raises(diagnostics.HbirVerifyError, match="after compile: error: "):
+        run_passes(hbir.Module.parse(LONG_GEMM), passes, verify_each=False)
+    # the default is the environment's (the suite sets HBIR_VERIFY_EACH=1)
+    monkeypatch.setenv("HBIR_VERIFY_EACH", "1")
+    with pytest.raises(diagnostics.HbirVerifyError, match="after pass 'drop-return'"):
+        run_passes(hbir.Module.parse(LONG_GEMM), passes)
+    monkeypatch.setenv("HBIR_VERIFY_EACH", "0")
+    with pytest.raises(diagnostics.HbirVerifyError, match="after compile"):
+        run_passes(hbir.Module.parse(LONG_GEMM), passes)
+
+
+def test_hbir_compile_takes_verify_each(monkeypatch):
+    calls = _count_sram_checks(monkeypatch)
+    quantized = hbir.Module.parse(LONG_GEMM)
+    hbir.compile(quantized, None, "nash-e", verify_each=False)
+    once = calls[0]
+    hbir.compile(quantized, None, "nash-e", verify_each=True)
+    assert calls[0] - once == once + len(PASSES)

@@ -1,6 +1,7 @@
 """``hbir doctor`` as a user runs it: files in, one screen out, report files."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,34 @@ def test_doctor_names_the_instruction_of_a_corrupted_model_hbm(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "quantized.bc -> model.hbm" in run.stdout
     assert "every stage is within its contract" in run.stdout
+
+
+GEMM = """
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @forward(%x: tensor<1x8xsi8>) -> tensor<1x2xsi32> {
+    %w = hbir.constant dense<3> : tensor<2x8xsi8>
+    %y = hbir.linear %x, %w : (tensor<1x8xsi8>, tensor<2x8xsi8>) -> tensor<1x2xsi32>
+    func.return %y : tensor<1x2xsi32>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize(("flag", "each"), [([], False), (["--verify-each"], True)])
+def test_compile_verifies_after_every_pass_with_verify_each(tmp_path, flag, each):
+    (tmp_path / "quantized.mlir").write_text(GEMM)
+    env = {**os.environ, "HBIR_VERIFY_EACH": "0"}
+    run = subprocess.run(
+        [sys.executable, "-m", "hbir.tools.hbir_cli", "compile"]
+        + [str(tmp_path / "quantized.mlir"), "-o", str(tmp_path / "model.hbm")]
+        + ["--progress", "--time-passes", *flag],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    lines = [ln for ln in run.stderr.splitlines() if ln.startswith("compile [")]
+    assert len(lines) == 6  # one per compile pass
+    assert all(("+ verify" in ln) == each for ln in lines)
+    assert (tmp_path / "model.hbm").exists()

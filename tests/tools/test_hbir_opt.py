@@ -1,5 +1,6 @@
 """hbir-opt as a process: help, start-up imports, errors, .bc output."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,39 @@ def test_output_prints_floats_that_parse_back():
         again = opt(input=res.stdout)
         assert again.returncode == 0, again.stderr
         assert again.stdout == opt(input=text).stdout
+
+
+DROP_RETURN = '''
+from xdsl.dialects.func import ReturnOp
+from xdsl.passes import ModulePass
+
+from hbir.passes import register_pass
+
+
+@register_pass
+class DropReturn(ModulePass):
+    """Break the IR: drop every return."""
+
+    name = "drop-return"
+
+    def apply(self, ctx, op):
+        for inner in list(op.walk()):
+            if isinstance(inner, ReturnOp):
+                inner.detach()
+                inner.erase()
+'''
+
+
+def test_verify_each_names_the_pass_that_broke_the_ir(tmp_path):
+    (tmp_path / "drop_return.py").write_text(DROP_RETURN)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HBIR_VERIFY_EACH": "0"}
+    model = INPUTS.parents[3] / "docs" / "examples" / "my_hbir_passes" / "model.mlir"
+    args = ["--load-plugin", "drop_return", "-p", "drop-return,cleanup", str(model)]
+    once = opt(*args, env=env)
+    assert once.returncode == 1
+    assert once.stderr.startswith("after the passes (--verify-each: after every pass)")
+    each = opt(*args, "--verify-each", env=env)
+    assert each.returncode == 1
+    assert each.stderr.startswith("after pass 'drop-return': error: ")
+    env["HBIR_VERIFY_EACH"] = "1"  # as the test suite sets it
+    assert opt(*args, env=env).stderr == each.stderr
