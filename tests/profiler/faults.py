@@ -2,7 +2,9 @@
 
 (a) a lookup-table op with too few tables, (b) an ``if deploy:`` branch that
 changes the exported graph, (c) a corrupted requantization constant in
-quantized.bc, (d) a wrong ``insert_image_preprocess`` mode in nv12_quantized.bc.
+quantized.bc, (d) a wrong ``insert_image_preprocess`` mode in nv12_quantized.bc,
+(e) a corrupted model.hbm, (f) an outlier channel too wide for int8 and (g) a
+calibration range clipped below the data's (quantization loss in qat.pt).
 Each returns what a user would have: the QAT model, data, and the artifacts, plus
 what the tools must find.
 """
@@ -189,3 +191,69 @@ def corrupted_hbm(tmp_path, path: str = PLANTED_CONV):
     container.write(program, tmp_path / "bad.hbm")
     bad = hbir.load(tmp_path / "bad.hbm")
     return qat, qat_bc, quantized, bad, index, channel, old, new
+
+
+# ------------------------------------------------ (f) quantization loss in qat.pt
+
+
+class OutlierResNet(zoo.ResNetLike):
+    """ResNetLike with an outlier channel after the stem: ``spread`` multiplies
+    channel 0 by ``GAIN`` and ``unspread`` divides it back, so the per-tensor
+    int8 grid of ``spread``'s output is set by channel 0 and the other seven
+    channels (what the rest of the model reads) fall below one step."""
+
+    GAIN = 400.0
+
+    def __init__(self, classes=10):
+        super().__init__(classes)
+        gains = torch.ones(8)
+        gains[0] = self.GAIN
+        self.spread = torch.nn.Conv2d(8, 8, 1)
+        self.unspread = torch.nn.Conv2d(8, 8, 1)
+        with torch.no_grad():
+            self.spread.weight.copy_(torch.diag(gains).reshape(8, 8, 1, 1))
+            self.spread.bias.zero_()
+            self.unspread.weight.copy_(torch.diag(1 / gains).reshape(8, 8, 1, 1))
+            self.unspread.bias.zero_()
+
+    def forward(self, x):
+        x = self.pool(self.stem(self.quant(x)))
+        x = self.unspread(self.spread(x))  # planted: an outlier channel
+        x = self.layer2(self.layer1(x))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.dequant(self.fc(x))
+
+
+def faults_line(text: str) -> int:
+    """The line of this file holding ``text``."""
+    lines = open(__file__).read().splitlines()
+    (row,) = [i + 1 for i, line in enumerate(lines) if text in line]
+    return row
+
+
+def outlier_channel(tmp_path, qconfig=None):
+    """(f) qat.pt of OutlierResNet (the default int8 qconfig, or ``qconfig``),
+    calibrated as the zoo's models are."""
+    model, example = zoo.build("resnet")  # the zoo resnet's weights and BNs
+    planted = OutlierResNet()
+    planted.load_state_dict(model.state_dict(), strict=False)
+    batches = [b[0] for b in zoo.batches("resnet", 4)]
+    qat = zoo_stages.validated(planted.eval(), batches, tmp_path, qconfig)
+    return qat.eval(), example
+
+
+CLIPPED_LAYER = "fc"  # the logits: their largest values are the answer
+
+
+def clipped_range(tmp_path, percentile=0.8):
+    """(g) The zoo resnet with ``CLIPPED_LAYER``'s output calibrated by a
+    histogram observer clipping at ``percentile`` of ``|x|``: its largest
+    values are cut."""
+    from hbir.quantization import HistogramObserver, QconfigSetter, get_qconfig
+
+    clipped = get_qconfig(HistogramObserver, observer_kwargs={"percentile": percentile})
+    model, example = zoo.build("resnet")
+    setter = QconfigSetter(module_name={CLIPPED_LAYER: clipped})
+    batches = [b[0] for b in zoo.batches("resnet", 4)]
+    qat = zoo_stages.validated(model, batches, tmp_path, setter)
+    return qat.eval(), example
