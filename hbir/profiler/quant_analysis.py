@@ -875,44 +875,56 @@ def _save_record(record: og.Record, path: str) -> None:
 class FloatStage(Stage):
     """A plain float ``nn.Module`` as the baseline of a prepared model: every
     module call recorded by forward hooks under the prepared model's key
-    (module path, call index); a module the prepared model does not call (a
-    batch norm or activation fused into the conv before it) gives its value to
-    the layer whose output it took."""
+    (module path, call index). A batch norm, or an activation the prepared
+    conv / linear carries as ``fused_relu``, that takes the output of the
+    layer before it gives its value to that layer (prepare fused it there) and
+    counts no call of its own."""
 
-    def __init__(self, name, model, keys: set):
+    def __init__(self, name, model, keys: set, fused_relu: set):
         super().__init__(name, model)
-        self.keys = keys
+        self.keys, self.fused_relu = keys, fused_relu
 
     def record(self, inputs: tuple) -> og.Record:
         import torch
+        from torch import nn
 
         record = og.Record()
         calls: dict[str, int] = {}
         last: list = [None, None]  # the key and output tensor of the last layer
-        hooks = []
+
+        def fused(module, args) -> bool:
+            if last[0] is None or not args or args[0] is not last[1]:
+                return False
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                return True
+            return (
+                isinstance(module, nn.ReLU | nn.ReLU6) and last[0][0] in self.fused_relu
+            )
 
         def hook(path):
             def run(module, args, out):
                 if not isinstance(out, torch.Tensor):
                     return
-                n = calls.get(path, 0)
-                calls[path] = n + 1
-                key = (path, n)
-                if path in self.keys:
-                    pass
-                elif last[0] is not None and args and args[0] is last[1]:
-                    key = last[0]  # fused into the layer before it
+                op_type = type(module).__name__
+                if fused(module, args):
+                    key = last[0]
+                    op_type = record.layers[key].op_type  # the conv's
+                elif path in self.keys:
+                    key = (path, calls.get(path, 0))
+                    calls[path] = key[1] + 1
                 else:
                     return
                 value = out.detach().float().numpy().copy()
-                record.layers[key] = og.Layer(key, type(module).__name__, value)
+                record.layers[key] = og.Layer(key, op_type, value)
                 last[:] = [key, out]
 
             return run
 
-        for path, module in self.model.named_modules():
-            if path and not list(module.children()):
-                hooks.append(module.register_forward_hook(hook(path)))
+        hooks = [
+            module.register_forward_hook(hook(path))
+            for path, module in self.model.named_modules()
+            if path and not list(module.children())
+        ]
         try:
             with torch.no_grad():
                 out = self.model(*inputs)
@@ -937,7 +949,8 @@ def _baseline_stage(baseline, analysis, analysis_model_type: str) -> Stage:
             f"{analysis_model_type!r} give the stage before (qat.pt, a .bc)"
         )
     keys = {path for path, _ in og.torch_keys(analysis).values()}
-    return FloatStage("baseline", baseline.eval(), keys)
+    fused = {p for p, m in analysis.named_modules() if getattr(m, "fused_relu", None)}
+    return FloatStage("baseline", baseline.eval(), keys, fused)
 
 
 def _lut_modules(model) -> dict:

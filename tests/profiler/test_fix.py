@@ -129,6 +129,7 @@ def _worst_cosine(reference_model, model, data) -> float:
         )
 
 
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_an_int8_too_coarse_layer_is_made_int16_on_a_copy(tmp_path):
     qat, _ = faults.outlier_channel(tmp_path)
     kept = _scales(qat)
