@@ -174,16 +174,20 @@ def nv12_case(tmp_path, mode="yuvbt601full2rgb", permutes=(0, 3, 1, 2), batches=
 # ------------------------------------------------------- (e) the compile stage
 
 
-def corrupted_hbm(tmp_path, path: str = PLANTED_CONV):
+def corrupted_hbm(tmp_path, path: str = PLANTED_CONV, io_removed: bool = False):
     """The resnet's stages and its model.hbm with the first per-channel
     requantization multiplier of the conv at ``path`` halved in one channel (the
     container rewrites the checksums): (qat, qat_bc, quantized, hbm, index of the
-    instruction, channel, old value, new value)."""
+    instruction, channel, old value, new value). With ``io_removed``, quantized.bc
+    is the deployable variant: its input Quantize and output Dequantize removed
+    (``remove_io_op``), so it and model.hbm take and give int8 codes."""
     from hbir.hbm import container
 
     qat, example = zoo_stages.calibrated("resnet", tmp_path)
     qat_bc = export(qat, example)
     quantized = hbir.convert(qat_bc, "nash-e")
+    if io_removed:
+        quantized["forward"].remove_io_op(op_types=["Quantize", "Dequantize"])
     program = hbir.compile(quantized, tmp_path / "model.hbm").program
     index, channel, old, new = compile_models.halve_a_multiplier(
         program, f"({path}|", channel=1
