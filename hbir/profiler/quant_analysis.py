@@ -1103,7 +1103,9 @@ def _map(fn, items: list, workers: int, backend: str) -> list:
                 "backend='ray' needs ray: pip install ray (or use workers=N)"
             ) from None
         if not ray.is_initialized():
-            ray.init(num_cpus=max(workers, 1), include_dashboard=False)
+            ray.init(
+                num_cpus=max(workers, 1), include_dashboard=False, log_to_driver=False
+            )
         remote = ray.remote(fn)
         return ray.get([remote.remote(x) for x in items])
     if backend != "process":
