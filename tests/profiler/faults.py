@@ -11,6 +11,7 @@ what the tools must find.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import compile_models
@@ -261,3 +262,80 @@ def clipped_range(tmp_path, percentile=0.8):
     batches = [b[0] for b in zoo.batches("resnet", 4)]
     qat = zoo_stages.validated(model, batches, tmp_path, setter)
     return qat.eval(), example
+
+
+# ------------------------------------- (h) the digits, with an outlier channel
+
+
+class OutlierDigits(torch.nn.Module):
+    """A small conv net for scikit-learn's 8x8 digits with an outlier channel
+    after its first conv (as ``OutlierResNet``): ``spread`` multiplies channel
+    0 by ``GAIN``, ``unspread`` divides it back; neither is trained."""
+
+    GAIN = 400.0
+
+    def __init__(self):
+        super().__init__()
+        from hbir.quantization import DeQuantStub, QuantStub
+
+        nn = torch.nn
+        self.quant = QuantStub()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.spread = nn.Conv2d(16, 16, 1)
+        self.unspread = nn.Conv2d(16, 16, 1)
+        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.fc = nn.Linear(32 * 4 * 4, 10)
+        self.dequant = DeQuantStub()
+        gains = torch.ones(16)
+        gains[0] = self.GAIN
+        with torch.no_grad():
+            for conv, g in ((self.spread, gains), (self.unspread, 1 / gains)):
+                conv.weight.copy_(torch.diag(g).reshape(16, 16, 1, 1))
+                conv.bias.zero_()
+                conv.weight.requires_grad_(False)
+                conv.bias.requires_grad_(False)
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(self.quant(x)))
+        x = self.unspread(self.spread(x))  # planted: an outlier channel (digits)
+        x = torch.relu(self.conv2(x))
+        return self.dequant(self.fc(x.flatten(1)))
+
+
+def digits(batch: int = 50):
+    """scikit-learn's digits in [-1, 1]: (train images, train labels, test
+    batches as a list of (images,), test labels)."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 8.0 - 1.0
+    y = torch.tensor(d.target)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    x, y = x[perm], y[perm]
+    split = 1300  # 497 test images: 9 batches of 50 (the exported batch size)
+    test = [(x[i : i + batch],) for i in range(split, len(y) - batch + 1, batch)]
+    return x[:split], y[:split], test, y[split : split + batch * len(test)]
+
+
+def outlier_digits(tmp_path, qconfig=None):
+    """(h) OutlierDigits trained in float (4 epochs), prepared (int8, or
+    ``qconfig``) and calibrated on the training images: (qat, float model,
+    test batches, test labels)."""
+    import torch.nn.functional as F
+
+    x, y, test, labels = digits()
+    torch.manual_seed(0)
+    model = OutlierDigits()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=3e-3)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        for idx in torch.randperm(len(y), generator=g).split(64):
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    calibration = list(x[:500].split(50))
+    qat = zoo_stages.validated(copy.deepcopy(model), calibration, tmp_path, qconfig)
+    return qat.eval(), model, test, labels

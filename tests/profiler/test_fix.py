@@ -185,3 +185,31 @@ def test_a_clipped_range_is_widened_to_the_data_on_a_copy(tmp_path):
     assert all(p.within for p in fix.after.pairs)
     now = _scales(qat)
     assert all(torch.equal(now[k][1], v[1]) for k, v in kept.items())
+
+
+@pytest.mark.slow  # trains the digits net (about a minute)
+def test_the_digits_with_an_outlier_channel_named_and_recovered(tmp_path):
+    """scikit-learn's digits: int8 loses a third of the accuracy to an outlier
+    channel; the doctor names the layer and int16, the fix recovers the
+    outputs, and the advised qconfig recovers the accuracy (measured here)."""
+    qat, float_model, test, labels = faults.outlier_digits(tmp_path)
+
+    def accuracy(model) -> float:
+        with torch.no_grad():
+            logits = torch.cat([model(*b) for b in test])
+        return float((logits.argmax(1) == labels).float().mean())
+
+    assert accuracy(float_model) > 0.95 and accuracy(qat) < 0.85
+    d = diagnose(qat, test, float_model=float_model)
+    f = d.finding
+    assert all(p.within for p in d.pairs), d.text()
+    assert (f.baseline, f.analysis, f.layer) == ("float", "qat.pt", "spread#0")
+    assert f.cause == "quantization loss: int8 too coarse"
+    line = faults.faults_line("planted: an outlier channel (digits)")
+    assert f.source == f"tests/profiler/faults.py:{line}"
+    fix = _fixed(d, qat, test, float_model=float_model)
+    assert fix.before_loss.cosine < 0.9 and fix.after.quant_loss.cosine > 0.999
+    advised, *_ = faults.outlier_digits(
+        tmp_path / "advised", QconfigSetter(module_name={"spread": qint16})
+    )
+    assert accuracy(advised) >= accuracy(float_model) - 0.01
