@@ -301,11 +301,19 @@ def _run(model, inputs: tuple) -> list[np.ndarray]:
 
     with torch.no_grad():
         out = model(*inputs)
-    return [t.detach().numpy() for t in _flatten(out)]
+    return [t.detach().numpy() for t in _flatten(out) if isinstance(t, torch.Tensor)]
 
 
 def _cosine(reference: list[np.ndarray], outputs: list[np.ndarray]) -> float:
     """The worst cosine over the float outputs (integer outputs are skipped)."""
+    from hbir.profiler.stages import StageError
+
+    shapes = [np.shape(x) for x in reference], [np.shape(y) for y in outputs]
+    if shapes[0] != shapes[1]:
+        raise StageError(
+            f"the float model's outputs (shapes {shapes[0]}) are not qat.pt's "
+            f"({shapes[1]}): give the float model qat.pt was prepared from"
+        )
     values = [
         metrics.cosine(x, y)
         for x, y in zip(reference, outputs, strict=True)

@@ -223,7 +223,7 @@ class OutlierResNet(zoo.ResNetLike):
 
     def forward(self, x):
         x = self.pool(self.stem(self.quant(x)))
-        x = self.unspread(self.spread(x))  # planted: an outlier channel
+        x = self.unspread(self.spread(x))  # planted: an outlier channel (resnet)
         x = self.layer2(self.layer1(x))
         x = torch.flatten(self.avgpool(x), 1)
         return self.dequant(self.fc(x))

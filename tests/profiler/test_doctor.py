@@ -367,7 +367,7 @@ def test_an_outlier_channel_is_quantization_loss_that_int16_recovers(tmp_path):
     assert (f.baseline, f.analysis) == ("float", "qat.pt")
     assert f.cause == "quantization loss: int8 too coarse"
     assert f.layer == "spread#0" and f.hbir_op == "hbir.conv2d"
-    line = faults.faults_line("x = self.unspread(self.spread(x))")
+    line = faults.faults_line("planted: an outlier channel (resnet)")
     assert f.source == f"tests/profiler/faults.py:{line}"
     assert "quantize spread in int16" in f.detail
     assert "qat.pt itself is far from the float model" in d.text()
@@ -432,6 +432,8 @@ def test_a_given_float_model_is_the_reference(tmp_path):
     assert d.quant_loss.cosine == pytest.approx(min(cosines), abs=1e-9)
     with pytest.raises(hbir.HbirError, match="float_model must be the float torch"):
         diagnose(qat, faults.data("resnet"), float_model="float.pt")
+    with pytest.raises(hbir.HbirError, match="are not qat.pt's"):  # another model
+        diagnose(qat, faults.data("resnet"), float_model=torch.nn.Flatten())
 
 
 def test_a_loose_tolerance_reports_nothing(tmp_path):
