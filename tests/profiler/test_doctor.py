@@ -395,9 +395,14 @@ def test_an_outlier_channel_is_quantization_loss_that_int16_recovers(tmp_path):
 
 
 def test_a_clipped_calibration_range_is_named_with_the_data_range(tmp_path):
+    import json
+
     qat, _ = faults.clipped_range(tmp_path)
     data = faults.data("resnet", 3)
-    d = diagnose(qat, data)
+    d = diagnose(qat, data, out_dir=tmp_path / "report")
+    saved = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert saved["finding"]["cause"] == "quantization loss: clipped calibration range"
+    assert saved["quant_loss"]["cosine"] == d.quant_loss.cosine
     f = d.finding
     assert f is not None, d.text()
     assert (f.baseline, f.analysis) == ("float", "qat.pt")
