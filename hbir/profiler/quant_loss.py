@@ -197,7 +197,8 @@ class FloatCheck:
         def cosine_of(model) -> float:
             return _cosine(reference, _run(model, inputs))
 
-        loss.sensitive = sensitive(self.qat, cosine_of)
+        # toggled on a copy: the user's qat.pt is never touched, even briefly
+        loss.sensitive = sensitive(copy.deepcopy(self.qat), cosine_of)
         candidates = [p for p, _ in loss.sensitive if _is_activation(p)]
         for path in candidates[:CANDIDATES]:
             for kind, apply in REMEDIES.items():
