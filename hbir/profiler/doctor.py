@@ -221,7 +221,7 @@ def diagnose(
     nv12_data: Iterable | None = None,
     model_hbm=None,
     float_model=None,
-    cosine_tolerance: float = quant_loss.COSINE_TOLERANCE,
+    cosine_tolerance: float | None = quant_loss.COSINE_TOLERANCE,
     out_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> Diagnosis:
@@ -247,7 +247,8 @@ def diagnose(
     with every fake quant off) by output cosine: when every stage is within its
     contract but qat.pt is below ``cosine_tolerance``, the sensitive layer and
     the measured remedies (int16, a wider range) are the finding
-    (``profiler/quant_loss.py``).
+    (``profiler/quant_loss.py``); ``cosine_tolerance=None`` skips the float
+    model.
     """
     import hbir
     from hbir.quantization import export, pre_export
@@ -430,7 +431,7 @@ def _input_check(qat_model):
 def _float_check(qat_model, float_model, tolerance):
     from torch import nn
 
-    if not isinstance(qat_model, nn.Module):
+    if not isinstance(qat_model, nn.Module) or tolerance is None:
         return None
     if float_model is not None and not isinstance(float_model, nn.Module):
         raise st.StageError(

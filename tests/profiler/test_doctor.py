@@ -445,3 +445,5 @@ def test_a_loose_tolerance_reports_nothing(tmp_path):
     qat, _ = faults.clipped_range(tmp_path)
     d = diagnose(qat, faults.data("resnet"), cosine_tolerance=0.5)
     assert d.ok and d.quant_loss.within and d.quant_loss.remedies == []
+    d = diagnose(qat, faults.data("resnet"), cosine_tolerance=None)  # skipped
+    assert d.ok and d.quant_loss is None and "float -> qat.pt" not in d.text()
