@@ -4,8 +4,9 @@
 qat.bc, quantized.bc, and nv12_quantized.bc on the NV12 planes of the same
 frames: ``torch.save`` of a list of ``(y, uv)`` uint8 tensors, one per batch of
 ``data.pt``, e.g. ``tuple(map(torch.from_numpy, hbir.data.rgb_to_nv12(rgb)))``),
-prints one screen: each stage pair against its contract, the first pair beyond
-it, its first op (ID in qat.bc and torch source line) and the cause; writes
+prints one screen: each stage pair against its contract (and qat.pt against the
+float model, ``--float``, by output cosine), the first pair beyond it, its first
+op (ID in qat.bc and torch source line) and the cause; writes
 report.json and report.html to ``--out-dir``. ``hbir bisect`` prints the smallest
 window of fake quants whose float fallback restores the metric, and the
 bc_editor config for it.
@@ -22,7 +23,7 @@ def doctor(ns) -> int:
     """Every stage it is given or can make, against its contract (0 within, 3
     beyond)."""
     from hbir.profiler import diagnose
-    from hbir.profiler.doctor import load_inputs, load_qat_model
+    from hbir.profiler.doctor import load_float_model, load_inputs, load_qat_model
 
     data = load_inputs(ns.data)
     qat = load_qat_model(ns.qat, ns.model, data[0], ns.qconfig)
@@ -37,7 +38,10 @@ def doctor(ns) -> int:
         "nv12_quantized_bc": nv12,
         "nv12_data": planes,
         "model_hbm": hbm,
+        "float_model": load_float_model(ns.float_model) if ns.float_model else None,
     }
+    if ns.cosine_tolerance is not None:
+        stages["cosine_tolerance"] = ns.cosine_tolerance
     result = diagnose(
         qat, data, ns.march, **stages, out_dir=ns.out_dir, progress=sys.stderr.isatty()
     )

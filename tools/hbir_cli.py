@@ -191,6 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="model.hbm compiled from quantized.bc (or from --nv12-bc): the compile "
         "stage",
     )
+    p.add_argument(
+        "--float",
+        dest="float_model",
+        help="the float model (torch.save of the whole nn.Module) qat.pt is "
+        "measured against (default: qat.pt with its fake quants off)",
+    )
+    p.add_argument(
+        "--cosine-tolerance",
+        type=float,
+        help="the output cosine with the float model below which qat.pt's own "
+        "quantization loss is a finding (default: hbir.profiler.quant_loss's "
+        "COSINE_TOLERANCE)",
+    )
     p.add_argument("--march", default="nash-e", help=MARCH)
     p.add_argument("--out-dir", help="write report.json and report.html here")
     p.add_argument(

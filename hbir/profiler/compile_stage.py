@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from hbir.profiler import origin as og
 from hbir.profiler.metrics import first_difference
 from hbir.profiler.stages import Stage, StageError
@@ -77,13 +75,19 @@ class HbmStage(Stage):
         names = [f.name for f in self.model.functions]
         return self.model["forward" if "forward" in names else names[0]]
 
+    @property
+    def io_function(self):
+        return self.source_function
+
     def record(self, inputs: tuple) -> og.Record:
         feed = self.feed(inputs)
         if self.mismatch:  # another model's op IDs: the outputs only
             out = self.function.feed(feed)
-            return og.Record(outputs=[np.asarray(v, np.float32) for v in out.values()])
-        return og.record_hbm(
-            self.function, self.source_function, feed, self.grids, self.keep_codes
+            return self.in_float(og.Record(outputs=list(out.values())))
+        return self.in_float(
+            og.record_hbm(
+                self.function, self.source_function, feed, self.grids, self.keep_codes
+            )
         )
 
     def cause(self, key, diff) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from hbir.dialects import qnt
-from hbir.profiler import metrics, nv12
+from hbir.profiler import metrics, nv12, quant_loss
 from hbir.profiler import origin as og
 from hbir.profiler import stages as st
 from hbir.profiler.compare import Comparison
@@ -33,6 +33,7 @@ CAUSES = (
     "stale or foreign checkpoint",
     "input normalisation",
     "observer still on",
+    *quant_loss.CAUSES,
     # an op qat.bc marks qnt.inexact, with its cause (qnt.INEXACT_CAUSES)
     *(f"inexact: {cause}" for cause in qnt.INEXACT_CAUSES),
     "tool bug",
@@ -100,6 +101,8 @@ class Diagnosis:
     finding: Finding | None
     batches: int
     stages: list[str]
+    # float model -> qat.pt (profiler/quant_loss.py), when qat.pt is a torch model
+    quant_loss: quant_loss.QuantLoss | None = None
 
     @property
     def ok(self) -> bool:
@@ -118,6 +121,19 @@ class Diagnosis:
                 f"  {p.baseline:>13} -> {p.analysis:<13} [{p.contract}] "
                 f"{verdict}: output max|diff| {atol:.6g}, worst layer "
                 f"{p.worst_lsb:.3g} LSB"
+            )
+        q = self.quant_loss
+        if q is not None:
+            verdict = "within tolerance" if q.within else "BEYOND TOLERANCE"
+            spread = (
+                ""
+                if q.within or q.found or not q.sensitive
+                else " (spread over the model: no one layer, int16 or range "
+                "recovers it)"
+            )
+            lines.append(
+                f"  {'float':>13} -> {'qat.pt':<13} [tolerance] {verdict}: output "
+                f"cosine {q.cosine:.6g} (tolerance {q.tolerance:g}){spread}"
             )
         f = self.finding
         if f is None:
@@ -149,10 +165,14 @@ class Diagnosis:
             ]
             return "\n".join(lines)
         op = f"%{f.op_id}" if f.op_id is not None else "(not in qat.bc)"
-        if f.baseline == "data":  # a user-side cause: every pair is within
+        if f.baseline in ("data", "float"):  # every pair is within
             lines += [
-                "every stage is within its contract, but the data is not what the "
-                "model was calibrated on",
+                "every stage is within its contract, but "
+                + (
+                    "the data is not what the model was calibrated on"
+                    if f.baseline == "data"
+                    else "qat.pt itself is far from the float model"
+                ),
                 f"first op: {op} in qat.bc '{f.hbir_op}' <- {f.layer} ({f.torch_op})",
                 f"  torch source: {f.source or 'unknown'}",
                 f"cause: {f.cause}: {f.detail}",
@@ -180,6 +200,7 @@ class Diagnosis:
             "stages": self.stages,
             "pairs": [asdict(p) for p in self.pairs],
             "finding": asdict(self.finding) if self.finding else None,
+            "quant_loss": _loss_json(self.quant_loss),
             "causes": list(CAUSES),
         }
 
@@ -199,6 +220,8 @@ def diagnose(
     nv12_quantized_bc=None,
     nv12_data: Iterable | None = None,
     model_hbm=None,
+    float_model=None,
+    cosine_tolerance: float | None = quant_loss.COSINE_TOLERANCE,
     out_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ) -> Diagnosis:
@@ -219,6 +242,13 @@ def diagnose(
     ``model_hbm`` (an ``Hbm``, compiled from quantized.bc, or from
     nv12_quantized.bc when that is given) ends the road: the compile stage
     (``profiler/compile_stage.py``), exact, recorded through its debug table.
+
+    qat.pt is also compared with the float model (``float_model``, else qat.pt
+    with every fake quant off) by output cosine: when every stage is within its
+    contract but qat.pt is below ``cosine_tolerance``, the sensitive layer and
+    the measured remedies (int16, a wider range) are the finding
+    (``profiler/quant_loss.py``); ``cosine_tolerance=None`` skips the float
+    model.
     """
     import hbir
     from hbir.quantization import export, pre_export
@@ -267,6 +297,7 @@ def diagnose(
         road.append(HbmStage("model.hbm", model_hbm, grids, source=source))
     nv12_check = nv12.Nv12Check()
     data_check = _input_check(qat_model)
+    float_check = _float_check(qat_model, float_model, cosine_tolerance)
     pairs = list(zip(road, road[1:], strict=False))
     comparisons = [Comparison() for _ in pairs]
     lut_errors: dict[tuple[str, int], tuple[float, int, int]] = {}
@@ -277,6 +308,8 @@ def diagnose(
     for inputs in batches:
         if data_check is not None:
             data_check.add(inputs)
+        if float_check is not None:
+            float_check.add(inputs)
         feeds = [inputs] * len(road)
         if planes is not None:
             frame = _next_planes(planes, count)
@@ -328,7 +361,12 @@ def diagnose(
                 finding = _finding(a, b, key, cause, detail, lsb, comp, ids, func)
     if finding is None and data_check is not None:
         finding = _data_finding(data_check, func, ids)
-    diagnosis = Diagnosis(results, finding, count, [s.name for s in road])
+    loss = None
+    if float_check is not None:  # measured only when nothing else explains it
+        loss = float_check.result(measure=finding is None)
+        if finding is None and loss.found:
+            finding = _loss_finding(loss, func, ids)
+    diagnosis = Diagnosis(results, finding, count, [s.name for s in road], loss)
     if out_dir is not None:
         from hbir.profiler.report import write_report
 
@@ -388,6 +426,52 @@ def _input_check(qat_model):
         return None
     ranges = input_ranges(qat_model)
     return InputCheck(ranges) if ranges else None
+
+
+def _float_check(qat_model, float_model, tolerance):
+    from torch import nn
+
+    if not isinstance(qat_model, nn.Module) or tolerance is None:
+        return None
+    if float_model is not None and not isinstance(float_model, nn.Module):
+        raise st.StageError(
+            f"diagnose: float_model must be the float torch model (an nn.Module), "
+            f"got {type(float_model).__name__}"
+        )
+    return quant_loss.FloatCheck(qat_model, float_model, tolerance)
+
+
+def _loss_finding(loss, func, ids) -> Finding:
+    """A finding at the op of the fake quant the quantization loss names."""
+    owner = loss.fake_quant.rsplit(".", 1)[0]
+    key = (owner, 0)
+    op = main_ops(func).get(key)
+    origin = og.origin_of(op) if op is not None else None
+    return Finding(
+        "float",
+        "qat.pt",
+        og.key_text(key),
+        origin.torch_op if origin else "",
+        ids.get(key),
+        None,
+        op.name if op is not None else "",
+        origin.source if origin else "",
+        loss.cause,
+        loss.detail(),
+    )
+
+
+def _loss_json(loss) -> dict | None:
+    if loss is None:
+        return None
+    return {
+        "cosine": loss.cosine,
+        "batch": loss.batch,
+        "tolerance": loss.tolerance,
+        "within": loss.within,
+        "sensitive": [list(s) for s in loss.sensitive],
+        "remedies": [asdict(r) for r in loss.remedies],
+    }
 
 
 def _data_finding(check, func, ids) -> Finding | None:
@@ -927,6 +1011,21 @@ def load_inputs(path: str) -> list[tuple]:
         f"{path}: expected a tensor, a tuple of tensors or a list of batches, "
         f"got {type(value).__name__}"
     )
+
+
+def load_float_model(path: str):
+    """The float model: an ``nn.Module`` saved whole with ``torch.save``."""
+    from torch import nn
+
+    from hbir.diagnostics import HbirFileError
+
+    model = _torch_load(path, "the float model", weights_only=False)
+    if not isinstance(model, nn.Module):
+        raise HbirFileError(
+            f"{path}: expected the float model saved whole (torch.save(model, "
+            f"path)), got {type(model).__name__}"
+        )
+    return model.eval()
 
 
 def load_qat_model(

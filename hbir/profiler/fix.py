@@ -10,7 +10,12 @@ figures before and after:
 * stale or foreign checkpoint: qat.bc exported again from qat.pt;
 * stale or corrupted model.hbm: model.hbm compiled again from quantized.bc;
 * observer still on: qat.pt put in eval mode and ``FakeQuantState.VALIDATION``;
-* input normalisation: the data normalised as the finding names.
+* input normalisation: the data normalised as the finding names;
+* quantization loss in qat.pt (``profiler/quant_loss.py``): the measured
+  remedy that recovered the worst batch, on a copy of qat.pt: the layer in
+  int16 ("int8 too coarse"), or its scale widened to the data's largest
+  ``|x|`` ("clipped calibration range"); every later stage made again from
+  the copy. The figure before and after is the cosine with the float model.
 
 The other causes need a person (a graph that differs, a march limit, a tool bug).
 """
@@ -21,6 +26,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hbir.profiler import quant_loss
 from hbir.profiler.doctor import Diagnosis, PairResult, diagnose
 
 
@@ -32,6 +38,8 @@ class Fix:
     applied: str  # what was changed, in words (on a copy)
     before: PairResult | None  # the finding's pair before the change, if it has one
     after: Diagnosis
+    # float -> qat.pt before the change (a quantization-loss finding)
+    before_loss: quant_loss.QuantLoss | None = None
 
     @property
     def worked(self) -> bool:
@@ -44,6 +52,10 @@ class Fix:
         pair = _same_pair(self.after, self.before)
         if pair is not None:
             lines.append(f"  after:  {_pair(pair)}")
+        if self.before_loss is not None:
+            lines.append(f"  before: {_loss(self.before_loss)}")
+            if self.after.quant_loss is not None:
+                lines.append(f"  after:  {_loss(self.after.quant_loss)}")
         verdict = (
             "every stage is within its contract"
             if self.worked
@@ -59,6 +71,10 @@ def _pair(p: PairResult) -> str:
         f"{p.baseline} -> {p.analysis} output max|diff| {atol:.6g}, worst layer "
         f"{p.worst_lsb:.3g} LSB"
     )
+
+
+def _loss(q: quant_loss.QuantLoss) -> str:
+    return f"float -> qat.pt output cosine {q.cosine:.6g} (tolerance {q.tolerance:g})"
 
 
 def _same_pair(d: Diagnosis, like: PairResult | None) -> PairResult | None:
@@ -104,11 +120,12 @@ def remedy(
     handler: Callable | None = _REMEDIES.get(f.cause)
     if handler is None:
         return None
-    found = handler(f, qat_model, data, stages | {"march": march}, again)
+    found = handler(diagnosis, qat_model, data, stages | {"march": march}, again)
     if found is None:
         return None
     applied, after = found
-    return Fix(f.cause, applied, before, after)
+    loss = diagnosis.quant_loss if f.cause in quant_loss.CAUSES else None
+    return Fix(f.cause, applied, before, after, loss)
 
 
 # Every artifact made from qat.pt, dropped when qat.pt or qat.bc changes: diagnose
@@ -122,7 +139,8 @@ _MADE_AGAIN = {
 }
 
 
-def _tables(f, qat_model, data, stages, again):
+def _tables(d, qat_model, data, stages, again):
+    f = d.finding
     path = f.layer.rsplit("#", 1)[0]
     model = copy.deepcopy(qat_model)
     try:
@@ -141,11 +159,11 @@ def _tables(f, qat_model, data, stages, again):
     return f"{path}.num_tables = {tables}", after
 
 
-def _export_again(f, qat_model, data, stages, again):
+def _export_again(d, qat_model, data, stages, again):
     return "qat.bc exported again from qat.pt", again(**_MADE_AGAIN)
 
 
-def _compile_again(f, qat_model, data, stages, again):
+def _compile_again(d, qat_model, data, stages, again):
     import hbir
     from hbir.quantization import export
 
@@ -157,7 +175,7 @@ def _compile_again(f, qat_model, data, stages, again):
     return "model.hbm compiled again from quantized.bc", again(model_hbm=hbm)
 
 
-def _validation(f, qat_model, data, stages, again):
+def _validation(d, qat_model, data, stages, again):
     from hbir.quantization import FakeQuantState, set_fake_quantize
 
     model = copy.deepcopy(qat_model).eval()
@@ -165,7 +183,8 @@ def _validation(f, qat_model, data, stages, again):
     return "qat.pt set to eval() and FakeQuantState.VALIDATION", again(model)
 
 
-def _normalise(f, qat_model, data, stages, again):
+def _normalise(d, qat_model, data, stages, again):
+    f = d.finding
     from hbir.profiler.input_check import NORMALISATIONS
 
     label = next(
@@ -181,6 +200,17 @@ def _normalise(f, qat_model, data, stages, again):
         batch[position] = _apply(fn, batch[position])
         batches.append(tuple(batch))
     return f"the data normalised as {label}", again(batches=batches)
+
+
+def _quantization(d, qat_model, data, stages, again):
+    """The measured remedy the finding chose, on a copy of qat.pt."""
+    loss = d.quant_loss
+    remedy = loss.best if loss is not None else None
+    if remedy is None:
+        return None
+    model = copy.deepcopy(qat_model)
+    change = quant_loss.apply(model, remedy, loss.ranges)
+    return change, again(model, **_MADE_AGAIN)
 
 
 def _input_position(qat_model, layer: str) -> int:
@@ -208,4 +238,6 @@ _REMEDIES = {
     "stale or corrupted model.hbm": _compile_again,
     "observer still on": _validation,
     "input normalisation": _normalise,
+    quant_loss.INT16_CAUSE: _quantization,
+    quant_loss.RANGE_CAUSE: _quantization,
 }

@@ -26,6 +26,17 @@ pairs the reference refuses (two HBIR models) work too. Sensitivity toggles:
 
 Sensitivity and bad-case search take ``workers`` (processes; ``fork``) and
 ``backend="ray"`` when ray is installed.
+
+The 3.x keywords: ``run(run_baseline_model=, run_analysis_model=)`` records one
+side at a time (each on the bad case set for it: models that take different
+input formats), saved under ``out_dir`` so another process can run the other
+side; ``auto_find_bad_case(topk=)`` keeps the ``topk`` worst batches per output
+and metric; ``compare_per_layer`` and ``sensitivity`` take ``prefixes`` /
+``types`` filters; ``tune_bad_case`` puts the most sensitive activation fake
+quants in int16, one at a time, until the outputs meet ``outputs_config``. The
+baseline may be the plain float ``nn.Module`` (type ``fake_quant``): its layers
+are recorded by module hooks, a conv's value taken after the batch norm and
+activation that prepare fused into it.
 """
 
 from __future__ import annotations
@@ -97,7 +108,9 @@ class QuantAnalysis:
                 baseline_model, analysis_model
             )
         else:
-            self.baseline = Stage("baseline", baseline_model)
+            self.baseline = _baseline_stage(
+                baseline_model, analysis_model, analysis_model_type
+            )
             self.analysis = Stage("analysis", analysis_model)
         for stage in (self.baseline, self.analysis):
             if stage.kind not in ("torch", "hbir", "hbm"):
@@ -124,6 +137,10 @@ class QuantAnalysis:
         self._grids = None
         self._base_record = None
         self._keys: dict[str, tuple[str, int]] = {}
+        self._records: dict[str, og.Record] = {}
+        # tune_bad_case's result: the int16 rules, and the tuned copy
+        self.tuned_module_name: dict[str, Any] = {}
+        self.tuned_model = None
         self._grid_source()
 
     # ------------------------------------------------------------------ running
@@ -134,6 +151,8 @@ class QuantAnalysis:
             return
         if _is_hbir(self.baseline.model):
             self._grids = og.fake_quant_grids(self.baseline.model["forward"].op)
+        elif isinstance(self.baseline, FloatStage):
+            return
         else:
             self._grids = og.torch_grids(self.baseline.model)
         self.analysis.grids = self._grids
@@ -171,15 +190,23 @@ class QuantAnalysis:
         progress: bool = False,
         workers: int = 1,
         backend: str = "process",
+        topk: int = 1,
     ) -> None:
         """Run both models over the data and keep, per output and metric, the worst
-        batch; the bad case is the worst batch of the worst output under
+        batch (the ``topk`` worst: ``badcase.txt`` lists them, ``run(index=)``
+        takes any); the bad case is the worst batch of the worst output under
         ``metric``. The data is streamed in chunks of ``4 * workers`` batches
         (each chunk's batches run in ``workers`` processes); only the batches that
         are some metric's worst so far stay in memory."""
         metric = metrics.canonical(metric) if custom_metric_func is None else metric
+        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+            raise QuantAnalysisError(
+                f"auto_find_bad_case: topk must be a positive int, got {topk!r}"
+            )
         names = list(metrics.NAMES[:5])  # the reference's badcase columns
         worst: dict[tuple[int, str], tuple[float, int]] = {}
+        # per (output, metric): the topk worst (value, index), worst first
+        tops: dict[tuple[int, str], list[tuple[float, int]]] = {}
         custom: dict[int, tuple[float, int]] = {}
         stream = data_generator
         if progress:
@@ -215,6 +242,10 @@ class QuantAnalysis:
                             old = worst.get((o, n))
                             if old is None or metrics.worse(n, v, old[0]):
                                 worst[(o, n)] = (v, index)
+                            if topk > 1:
+                                _keep_top(
+                                    tops.setdefault((o, n), []), n, v, index, topk
+                                )
                         if "custom" in row:
                             v, old = row["custom"], custom.get(o)
                             if old is None or (v < old[0] if ascending else v > old[0]):
@@ -222,6 +253,7 @@ class QuantAnalysis:
                     kept[index] = inputs
                     count += 1
                 live = {i for _, i in worst.values()} | {i for _, i in custom.values()}
+                live |= {i for top in tops.values() for _, i in top}
                 kept = {i: kept[i] for i in live}
         finally:
             pool.close()
@@ -259,6 +291,16 @@ class QuantAnalysis:
         text += tables.plain(["Name/Index"] + names, value_rows)
         text += "\nThe bad case input index of the worst output:\n"
         text += tables.plain(["metric", "dataloader index"], worst_rows)
+        if topk > 1:
+            text += f"\nThe top {topk} bad case input indices of each output:\n"
+            text += tables.plain(
+                ["Name/Index"] + names,
+                [
+                    [out_names[o]]
+                    + [" ".join(str(i) for _, i in tops[(o, n)]) for n in names]
+                    for o in outputs
+                ],
+            )
         with open(os.path.join(self.out_dir, "badcase.txt"), "w") as f:
             f.write(text)
         self.bad_info = (index_rows, dict(worst_rows), {i: kept[i] for i in kept})
@@ -308,30 +350,86 @@ class QuantAnalysis:
             )
         return self.bad_case
 
-    def run(self, device=None, index: int | None = None) -> None:
-        """Record every layer of both models on the bad case; statistic.txt each."""
+    def run(
+        self,
+        device=None,
+        index: int | None = None,
+        run_baseline_model: bool = True,
+        run_analysis_model: bool = True,
+    ) -> None:
+        """Record every layer of the chosen models on the bad case (or the
+        ``index`` of ``auto_find_bad_case``'s kept batches); statistic.txt and
+        ``record.pt`` each. Run one side, ``set_bad_case`` the other side's
+        input format, and run the other: ``compare_per_layer`` pairs them (from
+        ``out_dir`` when the other side ran in another process)."""
+        if not (run_baseline_model or run_analysis_model):
+            raise QuantAnalysisError(
+                "run: run_baseline_model and run_analysis_model are both False: "
+                "nothing to run"
+            )
         inputs = self._need_bad_case("run")
-        if index is not None and self.bad_info is not None:
-            inputs = self.bad_info[2].get(index, inputs)
-        base = self.baseline.record(inputs)
-        analy = self.analysis.record(inputs)
-        self.comparison = Comparison()
-        self.comparison.add(base, analy, self._grids)
-        for name, rec in (("baseline_model", base), ("analysis_model", analy)):
+        if index is not None:
+            kept = self.bad_info[2] if self.bad_info is not None else {}
+            if index not in kept:
+                raise QuantAnalysisError(
+                    f"run: index {index} is not a kept bad case (auto_find_bad_case "
+                    f"kept {sorted(kept) or 'none'})"
+                )
+            inputs = kept[index]
+        sides = (
+            ("baseline_model", self.baseline, run_baseline_model),
+            ("analysis_model", self.analysis, run_analysis_model),
+        )
+        for name, stage, wanted in sides:
+            if not wanted:
+                continue
+            record = stage.record(inputs)
+            self._records[name] = record
             folder = os.path.join(self.out_dir, name)
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "statistic.txt"), "w") as f:
-                f.write(tables.psql(_statistics(rec), showindex=False))
+                f.write(tables.psql(_statistics(record), showindex=False))
+            _save_record(record, os.path.join(folder, "record.pt"))
+        self.comparison = None
+        if len(self._records) == 2:
+            self._compare()
+
+    def _compare(self) -> Comparison:
+        """Both sides' records compared: run here, or saved in ``out_dir``."""
+        if self.comparison is not None:
+            return self.comparison
+        if not self._records:
+            self.run()
+            return self.comparison
+        for name in ("baseline_model", "analysis_model"):
+            if name in self._records:
+                continue
+            path = os.path.join(self.out_dir, name, "record.pt")
+            if not os.path.exists(path):
+                flag = "run_baseline_model" if name[0] == "b" else "run_analysis_model"
+                raise QuantAnalysisError(
+                    f"the {name.split('_')[0]} model has not been run: call "
+                    f"run({flag}=True) on its bad case (set_bad_case) first"
+                )
+            self._records[name] = _load_saved(path, "a run's record")
+        self.comparison = Comparison()
+        self.comparison.add(
+            self._records["baseline_model"],
+            self._records["analysis_model"],
+            self._grids,
+        )
+        return self.comparison
 
     def compare_per_layer(self, prefixes=None, types=None) -> list[dict]:
-        if self.comparison is None:
-            self.run()
-        rows = [d.row() for d in self.comparison.layers.values()]
-        if prefixes:
-            rows = [r for r in rows if r["mod_name"].startswith(tuple(prefixes))]
-        if types:
-            names = tuple(t if isinstance(t, str) else t.__name__ for t in types)
-            rows = [r for r in rows if any(n in r["base_op_type"] for n in names)]
+        rows = [d.row() for d in self._compare().layers.values()]
+        rows = _filtered(
+            "compare_per_layer",
+            rows,
+            prefixes,
+            types,
+            lambda r: r["mod_name"],
+            lambda r: (r["base_op_type"], r["analy_op_type"]),
+        )
         with open(os.path.join(self.out_dir, "compare_per_layer_out.txt"), "w") as f:
             f.write(tables.psql(rows))
         with open(os.path.join(self.out_dir, "compare_per_layer_out.csv"), "w") as f:
@@ -353,9 +451,13 @@ class QuantAnalysis:
         reverse: bool = False,
         workers: int = 1,
         backend: str = "process",
+        prefixes=None,
+        types=None,
     ) -> dict[str, list[list]]:
-        """Per output, every op's sensitivity (see the module); writes
-        ``output_<name>_<metric>_sensitive_ops.txt`` and ``.pt``."""
+        """Per output, every op's sensitivity (see the module), or of the ops
+        whose name starts with one of ``prefixes`` / whose type is one of
+        ``types``; writes ``output_<name>_<metric>_sensitive_ops.txt`` and
+        ``.pt``."""
         if self.analysis.kind == "hbm":
             raise QuantAnalysisError(
                 "sensitivity toggles the ops of a torch model or a .bc; a model.hbm "
@@ -368,6 +470,14 @@ class QuantAnalysis:
         inputs = self._need_bad_case("sensitivity")
         base = self._outputs(self.baseline, inputs)
         candidates, kind = self._toggles()
+        candidates = _filtered(
+            "sensitivity",
+            candidates,
+            prefixes,
+            types,
+            lambda c: c[0],
+            lambda c: (c[2],),
+        )
         flops = self._flops(candidates, inputs)
         diverge = self._first_divergence()
         jobs = [(i, c) for i, c in enumerate(candidates)]
@@ -541,17 +651,306 @@ class QuantAnalysis:
         """Toggle label -> the rank of its layer among those whose value differs
         between the models on the bad case (``run``'s comparison, in execution
         order: the first to diverge ranks 0): what breaks a sensitivity tie."""
-        if self.comparison is None:
-            self.run()
         ranks: dict[str, int] = {}
-        for key, d in self.comparison.layers.items():
+        for key, d in self._compare().layers.items():
             if d.atol > 0 or d.mismatch:
                 ranks.setdefault(og.key_text(key), len(ranks))
         return ranks
 
+    def tune_bad_case(
+        self,
+        outputs_config: dict | None = None,
+        skip_prefix=(),
+        max_tuned_stubs: int = 10,
+    ) -> list[dict]:
+        """Put the most sensitive activation fake quant of a copy of the
+        analysis model in int16, measure, and repeat until every output meets
+        ``outputs_config`` on the bad case (or ``max_tuned_stubs`` are tuned).
+
+        ``outputs_config`` maps an output (its name as ``badcase.txt`` writes
+        it, or its index) to ``(metric, threshold)``: met when the metric is no
+        worse than the threshold; the default is Cosine
+        ``quant_loss.COSINE_TOLERANCE`` for every float output. Fake quants
+        under ``skip_prefix`` stay as they are. Returns a row per step (the
+        fake quant, and each configured output's metric after it) and writes
+        ``tune_bad_case.txt``; ``tuned_module_name`` is the
+        ``QconfigSetter(module_name=...)`` that prepares the model so. The
+        user's model is not changed."""
+        import copy
+
+        from hbir.profiler import quant_loss
+
+        if self.analysis.kind != "torch":
+            raise QuantAnalysisError(
+                "tune_bad_case sets fake quants of a torch analysis model (qat.pt, "
+                "analysis_model_type 'fake_quant') to int16, not a "
+                f"{self.analysis.kind}"
+            )
+        if isinstance(max_tuned_stubs, bool) or not isinstance(max_tuned_stubs, int):
+            raise QuantAnalysisError(
+                "tune_bad_case: max_tuned_stubs must be an int, got "
+                f"{max_tuned_stubs!r}"
+            )
+        inputs = self._need_bad_case("tune_bad_case")
+        base = self._outputs(self.baseline, inputs)
+        goals = self._goals(outputs_config, base)
+        skip = (skip_prefix,) if isinstance(skip_prefix, str) else tuple(skip_prefix)
+        model = copy.deepcopy(self.analysis.model)
+
+        def values(m) -> dict[int, float]:
+            outs = self._outputs(Stage("tuned", m), inputs)
+            return {
+                o: metrics.FUNCTIONS[n](base[o], outs[o]) for o, (n, _) in goals.items()
+            }
+
+        def met(v: dict[int, float]) -> bool:
+            return all(
+                not metrics.worse(goals[o][0], x, goals[o][1]) for o, x in v.items()
+            )
+
+        def score(v: dict[int, float]) -> float:  # the worst output, larger is better
+            return min(
+                -x if metrics.LARGER_IS_WORSE[goals[o][0]] else x for o, x in v.items()
+            )
+
+        names = self._names(len(base))
+        now, rows = values(model), []
+        self.tuned_module_name = {}
+        while not met(now) and len(rows) < max_tuned_stubs:
+            paths = [
+                p
+                for p, fq in _fake_quants(model).items()
+                if not p.endswith("weight_fake_quant")
+                and fq.dtype.bits < 16
+                and not p.startswith(skip)
+            ]
+            if not paths:
+                break
+            trials = []
+            for p in paths:  # each candidate alone float: the most recovering first
+                fq = model.get_submodule(p)
+                fq.enable_fake_quant(False)
+                try:
+                    trials.append((score(values(model)), p))
+                finally:
+                    fq.enable_fake_quant(True)
+            _, path = max(trials, key=lambda t: t[0])
+            quant_loss.to_int16(model, path)
+            now = values(model)
+            owner = path.rsplit(".", 1)[0]
+            self.tuned_module_name[owner] = _qint16()
+            rows.append(
+                {"fake_quant": path, "module": owner}
+                | {f"{names[o]} {goals[o][0]}": x for o, x in now.items()}
+            )
+        with open(os.path.join(self.out_dir, "tune_bad_case.txt"), "w") as f:
+            f.write(tables.psql(rows, showindex=False) if rows else "")
+            f.write(
+                f"\n{'all outputs meet' if met(now) else 'not met after'} "
+                f"{len(rows)} int16 fake quant(s): QconfigSetter(module_name="
+                f"{ {k: 'qint16' for k in self.tuned_module_name} })\n"
+            )
+        self.tuned_model = model
+        return rows
+
+    def _goals(self, config, base) -> dict[int, tuple[str, float]]:
+        """``outputs_config`` as output index -> (metric, threshold)."""
+        from hbir.profiler import quant_loss
+
+        names = self._names(len(base))
+        if config is None:
+            return {
+                o: ("Cosine", quant_loss.COSINE_TOLERANCE)
+                for o, x in enumerate(base)
+                if np.issubdtype(np.asarray(x).dtype, np.floating)
+            }
+        if not isinstance(config, dict) or not config:
+            raise QuantAnalysisError(
+                "tune_bad_case: outputs_config maps an output (name or index) to "
+                f"(metric, threshold), got {config!r}"
+            )
+        goals = {}
+        for key, goal in config.items():
+            o = names.index(key) if key in names else key
+            if not isinstance(o, int) or not 0 <= o < len(base):
+                raise QuantAnalysisError(
+                    f"tune_bad_case: outputs_config names output {key!r}; the "
+                    f"outputs are {names}"
+                )
+            if not (isinstance(goal, tuple | list) and len(goal) == 2):
+                raise QuantAnalysisError(
+                    f"tune_bad_case: outputs_config[{key!r}] must be (metric, "
+                    f"threshold), got {goal!r}"
+                )
+            try:
+                goals[o] = (metrics.canonical(goal[0]), float(goal[1]))
+            except (metrics.MetricError, TypeError, ValueError) as e:
+                raise QuantAnalysisError(
+                    f"tune_bad_case: outputs_config[{key!r}]: {e}"
+                ) from None
+        return goals
+
     def clean(self) -> None:
         """Remove ``out_dir`` and what it holds."""
         shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+def _keep_top(top: list, metric: str, value: float, index: int, k: int) -> None:
+    """Insert (value, index) into ``top`` (worst first), keeping ``k``."""
+    top.append((value, index))
+    top.sort(key=lambda t: _badness(metric, t[0]), reverse=True)
+    del top[k:]
+
+
+def _filtered(what, items, prefixes, types, name_of, types_of) -> list:
+    """``items`` whose name starts with one of ``prefixes`` and whose type is one
+    of ``types`` (classes or names); a filter that keeps nothing is an error
+    (a misspelt prefix is not an empty answer)."""
+    if isinstance(prefixes, str):
+        prefixes = (prefixes,)
+    if isinstance(types, str | type):
+        types = (types,)
+    if prefixes:
+        if not all(isinstance(p, str) for p in prefixes):
+            raise QuantAnalysisError(
+                f"{what}: prefixes are module names (str), got {list(prefixes)!r}"
+            )
+        kept = [i for i in items if name_of(i).startswith(tuple(prefixes))]
+        if not kept:
+            raise QuantAnalysisError(
+                f"{what}: no layer name starts with {', '.join(map(repr, prefixes))}"
+                f"; the layers are {_some(name_of(i) for i in items)}"
+            )
+        items = kept
+    if types:
+        if not all(isinstance(t, str | type) for t in types):
+            raise QuantAnalysisError(
+                f"{what}: types are classes or type names, got {list(types)!r}"
+            )
+        names = tuple(t if isinstance(t, str) else t.__name__ for t in types)
+        kept = [
+            i
+            for i in items
+            if any(_type_matches(n, t) for n in names for t in types_of(i))
+        ]
+        if not kept:
+            raise QuantAnalysisError(
+                f"{what}: no layer is of type {', '.join(names)}; the types are "
+                f"{_some(t for i in items for t in types_of(i))}"
+            )
+        items = kept
+    return items
+
+
+def _type_matches(name: str, op_type: str) -> bool:
+    """``Conv2d`` matches ``hbir.quantization.qat_modules.Conv2d`` and
+    ``torch.nn.modules.conv.Conv2d[hbir.conv2d]``: the last dotted part."""
+    base = op_type.split("[", 1)[0]
+    return name in (base, base.rsplit(".", 1)[-1]) or name == op_type
+
+
+def _some(values) -> str:
+    seen = list(dict.fromkeys(values))
+    return ", ".join(seen[:8]) + (f" and {len(seen) - 8} more" if len(seen) > 8 else "")
+
+
+def _qint16():
+    from hbir.quantization.dtypes import qint16
+
+    return qint16
+
+
+def _fake_quants(model) -> dict:
+    from hbir.quantization.fake_quantize import FakeQuantize
+
+    return {n: m for n, m in model.named_modules() if isinstance(m, FakeQuantize)}
+
+
+def _save_record(record: og.Record, path: str) -> None:
+    import torch
+
+    torch.save(record, path)
+
+
+class FloatStage(Stage):
+    """A plain float ``nn.Module`` as the baseline of a prepared model: every
+    module call recorded by forward hooks under the prepared model's key
+    (module path, call index). A batch norm, or an activation the prepared
+    conv / linear carries as ``fused_relu``, that takes the output of the
+    layer before it gives its value to that layer (prepare fused it there) and
+    counts no call of its own."""
+
+    def __init__(self, name, model, keys: set, fused_relu: set):
+        super().__init__(name, model)
+        self.keys, self.fused_relu = keys, fused_relu
+
+    def record(self, inputs: tuple) -> og.Record:
+        import torch
+        from torch import nn
+
+        record = og.Record()
+        calls: dict[str, int] = {}
+        last: list = [None, None]  # the key and output tensor of the last layer
+
+        def fused(module, args) -> bool:
+            if last[0] is None or not args or args[0] is not last[1]:
+                return False
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                return True
+            return (
+                isinstance(module, nn.ReLU | nn.ReLU6) and last[0][0] in self.fused_relu
+            )
+
+        def hook(path):
+            def run(module, args, out):
+                if not isinstance(out, torch.Tensor):
+                    return
+                op_type = type(module).__name__
+                if fused(module, args):
+                    key = last[0]
+                    op_type = record.layers[key].op_type  # the conv's
+                elif path in self.keys:
+                    key = (path, calls.get(path, 0))
+                    calls[path] = key[1] + 1
+                else:
+                    return
+                value = out.detach().float().numpy().copy()
+                record.layers[key] = og.Layer(key, op_type, value)
+                last[:] = [key, out]
+
+            return run
+
+        hooks = [
+            module.register_forward_hook(hook(path))
+            for path, module in self.model.named_modules()
+            if path and not list(module.children())
+        ]
+        try:
+            with torch.no_grad():
+                out = self.model(*inputs)
+        finally:
+            for h in hooks:
+                h.remove()
+        record.outputs = [t.detach().float().numpy() for t in og._flatten(out)]
+        return record
+
+
+def _baseline_stage(baseline, analysis, analysis_model_type: str) -> Stage:
+    """The baseline's stage: a prepared model or HBIR as it is, a plain float
+    ``nn.Module`` against the prepared model it was prepared into."""
+    from torch import fx, nn
+
+    if not isinstance(baseline, nn.Module) or isinstance(baseline, fx.GraphModule):
+        return Stage("baseline", baseline)
+    if analysis_model_type != "fake_quant" or not isinstance(analysis, fx.GraphModule):
+        raise QuantAnalysisError(
+            "a float nn.Module is the baseline of its prepared model "
+            "(analysis_model_type 'fake_quant'); for "
+            f"{analysis_model_type!r} give the stage before (qat.pt, a .bc)"
+        )
+    keys = {path for path, _ in og.torch_keys(analysis).values()}
+    fused = {p for p, m in analysis.named_modules() if getattr(m, "fused_relu", None)}
+    return FloatStage("baseline", baseline.eval(), keys, fused)
 
 
 def _lut_modules(model) -> dict:
@@ -704,7 +1103,9 @@ def _map(fn, items: list, workers: int, backend: str) -> list:
                 "backend='ray' needs ray: pip install ray (or use workers=N)"
             ) from None
         if not ray.is_initialized():
-            ray.init(num_cpus=max(workers, 1), include_dashboard=False)
+            ray.init(
+                num_cpus=max(workers, 1), include_dashboard=False, log_to_driver=False
+            )
         remote = ray.remote(fn)
         return ray.get([remote.remote(x) for x in items])
     if backend != "process":

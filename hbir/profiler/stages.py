@@ -95,13 +95,14 @@ class Stage:
         if self.kind == "hbir":
             function = self.function
             feed = self.feed(inputs)
-            return og.record_hbir(
+            record = og.record_hbir(
                 function,
                 feed,
                 self.grids,
                 taps=self.taps(function),
                 keep_codes=self.keep_codes,
             )
+            return self.in_float(record)
         raise StageError(
             f"{self.name}: cannot run a {self.kind} (a model.hbm is the compile "
             "stage's HbmStage, profiler/compile_stage.py)"
@@ -123,14 +124,56 @@ class Stage:
                 f"{len(names)}: {names}"
             )
         return {
-            arg.name: np.asarray(t.detach().numpy() if hasattr(t, "detach") else t)
-            for arg, t in zip(function.inputs, inputs, strict=True)
+            arg.name: _in_format(
+                arg, np.asarray(t.detach().numpy() if hasattr(t, "detach") else t)
+            )
+            for arg, t in zip(self.io_function.inputs, inputs, strict=True)
         }
+
+    @property
+    def io_function(self):
+        """The HBIR function whose arguments say each input's and output's
+        format (a model.hbm's: the quantized.bc it was compiled from)."""
+        return self.function
+
+    def in_float(self, record: og.Record) -> og.Record:
+        """``record`` with the codes of outputs whose Dequantize ``remove_io_op``
+        removed dequantized as it did (unless the stage compares codes)."""
+        if self.keep_codes:
+            return record
+        outs = self.io_function.outputs
+        if len(outs) == len(record.outputs):
+            record.outputs = [
+                _dequantized(arg, y)
+                for arg, y in zip(outs, record.outputs, strict=True)
+            ]
+        return record
 
     def taps(self, function) -> dict:
         """Ops whose results ``record`` keeps by name (``Record.taps``): none here;
         the NV12 check's stages (``profiler/nv12.py``) keep the entering codes."""
         return {}
+
+
+def _takes_codes(arg) -> bool:
+    quant = getattr(arg, "quant_info", None)
+    return quant is not None and np.dtype(arg.dtype).kind in "iu"
+
+
+def _in_format(arg, x: np.ndarray) -> np.ndarray:
+    """A float batch for an input that takes codes (its Quantize removed by
+    ``remove_io_op``), quantized as that op did: the same content in the
+    input's own format."""
+    if np.issubdtype(x.dtype, np.floating) and _takes_codes(arg):
+        return arg.quant_info.quantize(x, arg.dtype)
+    return x
+
+
+def _dequantized(arg, y: np.ndarray) -> np.ndarray:
+    if _takes_codes(arg):  # codes, perhaps held as float32
+        codes = np.asarray(y).astype(np.dtype(arg.dtype))
+        return np.asarray(arg.quant_info.dequantize(codes), np.float32)
+    return y
 
 
 def _has(module) -> bool:

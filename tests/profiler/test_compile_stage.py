@@ -113,3 +113,47 @@ def test_quant_analysis_compares_model_hbm_with_its_quantized_bc(tmp_path):
         QuantAnalysis(quantized, qat_bc, "compile", out_dir=str(tmp_path))
     with pytest.raises(StageError, match="analysis_model_type 'compile'"):
         QuantAnalysis(quantized, bad, "convert", out_dir=str(tmp_path))
+
+
+# ------------------------------------------- an io-removed quantized.bc / model.hbm
+
+
+def test_an_io_removed_model_is_fed_codes_and_compared_in_float(tmp_path, capsys):
+    """quantized.bc with its input Quantize and output Dequantize removed, and the
+    model.hbm compiled from it, take int8 codes: the doctor feeds them the same
+    batches quantized as the removed op did, and compares their outputs
+    dequantized as it did; a corrupted constant is still named."""
+    import numpy as np
+
+    from hbir.profiler.quant_analysis import QuantAnalysis
+    from hbir.profiler.stages import Stage
+
+    qat, qat_bc, quantized, bad, index, channel, old, new = faults.corrupted_hbm(
+        tmp_path, io_removed=True
+    )
+    assert "Remove op _input_0_Quantize_0 successfully" in capsys.readouterr().out
+    arg = quantized["forward"].inputs[0]
+    assert arg.dtype == np.int8
+    data = faults.data("resnet")
+    # the codes fed: round half to even of x / scale, clipped (numpy here)
+    x = data[0][0].numpy()
+    scale = float(arg.quant_info.scales[0])
+    codes = np.clip(np.rint(x / np.float32(scale)), -128, 127).astype(np.int8)
+    fed = Stage("quantized.bc", quantized).feed(data[0])[arg.name]
+    np.testing.assert_array_equal(fed, codes)
+
+    good = hbir.load(tmp_path / "model.hbm")
+    d = diagnose(qat, data, qat_bc=qat_bc, quantized_bc=quantized, model_hbm=good)
+    assert d.finding is None, d.text()
+    assert all(max(p.output_atol) == 0 for p in d.pairs[1:])
+    d = diagnose(qat, data, qat_bc=qat_bc, quantized_bc=quantized, model_hbm=bad)
+    f = d.finding
+    assert (f.baseline, f.analysis) == ("quantized.bc", "model.hbm"), d.text()
+    assert f.cause == "stale or corrupted model.hbm"
+    assert f.layer == f"{faults.PLANTED_CONV}#0"
+    assert f"has {new} at [{channel}], a fresh compile has {old}" in f.detail
+    # QuantAnalysis' compile pair on the same float batches (codes compared)
+    qa = QuantAnalysis(quantized, good, "compile", out_dir=str(tmp_path / "qa"))
+    qa.set_bad_case(data[0])
+    rows = qa.compare_per_layer()
+    assert len(rows) >= 10 and all(r["Atol"] == 0 for r in rows)

@@ -1,6 +1,7 @@
 """hbir.profiler.diagnose: every stage within contract on the zoo, and each
 planted fault found at the right stage pair, op and cause."""
 
+import copy
 from pathlib import Path
 
 import profiler_faults as faults
@@ -18,6 +19,7 @@ from hbir.profiler.origin import origin_of
 from hbir.quantization import (
     DeQuantStub,
     FakeQuantState,
+    QconfigSetter,
     QuantStub,
     export,
     float_validation,
@@ -43,6 +45,11 @@ def test_an_unfaulted_zoo_model_is_within_contract_everywhere(name, tmp_path):
     for p in d.pairs[1:]:
         assert p.layers and all(row["atol"] == 0 for row in p.layers)
     assert "every stage is within its contract" in d.text()
+    # qat.pt against its float model: within tolerance, or (sparse_bev, whose
+    # top-k picks flip under int8) a loss spread over the model: no finding.
+    loss = d.quant_loss
+    assert loss is not None and (loss.within or not loss.found), d.text()
+    assert "float -> qat.pt" in d.text()
 
 
 def _qat_bc_op(qat_bc, op_id):
@@ -131,6 +138,9 @@ def test_causes_are_the_fixed_list():
         "stale or foreign checkpoint",
         "input normalisation",
         "observer still on",
+        "quantization loss: int8 too coarse",
+        "quantization loss: clipped calibration range",
+        "quantization loss",
         "inexact: float_validation",
         "tool bug",
     )
@@ -281,6 +291,9 @@ def test_a_qat_bc_exported_from_another_checkpoint(tmp_path):
     assert f"'hbir.constant' (of {faults.PLANTED_CONV}#0)" in f.detail
     assert f"has {before!r} at [0, 0, 0, 0], qat.pt's export has {after!r}" in f.detail
     assert "export it again" in f.detail
+    assert f.layer == f"{faults.PLANTED_CONV}#0" and f.hbir_op == "hbir.conv2d"
+    line = faults.zoo_line("out = self.bn2(self.conv2(out))")
+    assert f.source == f"tests/zoo.py:{line}"
 
 
 def test_data_normalised_otherwise_than_calibration_is_named(tmp_path):
@@ -317,3 +330,120 @@ def test_a_qat_pt_still_observing_is_a_finding_not_an_error(state, tmp_path):
     assert "set_fake_quantize(model, FakeQuantState.VALIDATION)" in f.detail
     assert f.layer == "quant" and not d.ok and d.pairs == []
     assert "qat.pt is not frozen" in d.text()
+
+
+# ------------------------------------------------ quantization loss in qat.pt
+
+
+def _cosine(x, y) -> float:
+    x, y = x.double().flatten(), y.double().flatten()
+    return float(torch.nn.functional.cosine_similarity(x, y, dim=0))
+
+
+def _float_outputs(qat, data):
+    from hbir.quantization.fake_quantize import FakeQuantize
+
+    model = copy.deepcopy(qat)
+    for m in model.modules():
+        if isinstance(m, FakeQuantize):
+            m.enable_fake_quant(False)
+    with torch.no_grad():
+        return [model(*batch) for batch in data]
+
+
+SPREAD = "spread.activation_post_process"
+
+
+def test_an_outlier_channel_is_quantization_loss_that_int16_recovers(tmp_path):
+    """Every stage agrees bit for bit, but qat.pt is far from the float model:
+    the doctor names the layer with its source line, says int16 recovers it,
+    and the figure it measured is what following its advice gives."""
+    qat, example = faults.outlier_channel(tmp_path)
+    data = faults.data("resnet", 3)
+    d = diagnose(qat, data)
+    assert all(p.within for p in d.pairs), d.text()
+    f = d.finding
+    assert f is not None, d.text()
+    assert (f.baseline, f.analysis) == ("float", "qat.pt")
+    assert f.cause == "quantization loss: int8 too coarse"
+    assert f.layer == "spread#0" and f.hbir_op == "hbir.conv2d"
+    line = faults.faults_line("planted: an outlier channel (resnet)")
+    assert f.source == f"tests/profiler/faults.py:{line}"
+    assert "quantize spread in int16" in f.detail
+    assert "qat.pt itself is far from the float model" in d.text()
+    # The worst batch's cosine, against torch's own.
+    loss = d.quant_loss
+    floats = _float_outputs(qat, data)
+    with torch.no_grad():
+        cosines = [_cosine(fl, qat(*b)) for fl, b in zip(floats, data, strict=True)]
+    assert loss.cosine == pytest.approx(min(cosines), abs=1e-9) and loss.cosine < 0.99
+    assert loss.sensitive[0][0] == SPREAD
+    # The measured int16 figure is what prepare with the advised qconfig gives.
+    (int16,) = [
+        r for r in loss.remedies if r.kind == "int16" and r.fake_quant == SPREAD
+    ]
+    assert int16.cosine >= 0.999
+    advised, _ = faults.outlier_channel(
+        tmp_path, QconfigSetter(module_name={"spread": qint16})
+    )
+    with torch.no_grad():
+        redone = advised(*data[loss.batch])
+    assert _cosine(floats[loss.batch], redone) == pytest.approx(int16.cosine, abs=1e-6)
+    # A wider int8 range does not recover it, and the doctor says so.
+    (wide,) = [r for r in loss.remedies if r.kind == "range" and r.fake_quant == SPREAD]
+    assert wide.cosine < 0.99
+
+
+def test_a_clipped_calibration_range_is_named_with_the_data_range(tmp_path):
+    import json
+
+    qat, _ = faults.clipped_range(tmp_path)
+    data = faults.data("resnet", 3)
+    d = diagnose(qat, data, out_dir=tmp_path / "report")
+    saved = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert saved["finding"]["cause"] == "quantization loss: clipped calibration range"
+    assert saved["quant_loss"]["cosine"] == d.quant_loss.cosine
+    f = d.finding
+    assert f is not None, d.text()
+    assert (f.baseline, f.analysis) == ("float", "qat.pt")
+    assert f.cause == "quantization loss: clipped calibration range"
+    assert f.layer == f"{faults.CLIPPED_LAYER}#0" and f.hbir_op == "hbir.linear"
+    line = faults.zoo_line("return self.dequant(self.fc(x))")
+    assert f.source == f"tests/zoo.py:{line}"
+    # The range it widens to is the float model's largest |fc output| over the
+    # data (fc's output is the model's output).
+    peak = max(float(out.abs().max()) for out in _float_outputs(qat, data))
+    best = d.quant_loss.best
+    assert best.kind == "range" and best.cosine >= 0.999
+    assert d.quant_loss.ranges[best.fake_quant] == pytest.approx(peak, rel=1e-6)
+    assert f"-> {peak:.6g} (the data's max |x|" in f.detail
+    # int16 on the same clipped range does not recover it.
+    (int16,) = [
+        r
+        for r in d.quant_loss.remedies
+        if r.fake_quant == best.fake_quant and r.kind == "int16"
+    ]
+    assert int16.cosine < 0.99
+
+
+def test_a_given_float_model_is_the_reference(tmp_path):
+    model, _ = zoo.build("resnet")
+    qat, _ = faults.clipped_range(tmp_path)
+    d = diagnose(qat, faults.data("resnet"), float_model=model)
+    assert d.finding.cause == "quantization loss: clipped calibration range"
+    # The float model's own outputs are the reference (BN folded or not).
+    with torch.no_grad():
+        cosines = [_cosine(model(*b), qat(*b)) for b in faults.data("resnet")]
+    assert d.quant_loss.cosine == pytest.approx(min(cosines), abs=1e-9)
+    with pytest.raises(hbir.HbirError, match="float_model must be the float torch"):
+        diagnose(qat, faults.data("resnet"), float_model="float.pt")
+    with pytest.raises(hbir.HbirError, match="are not qat.pt's"):  # another model
+        diagnose(qat, faults.data("resnet"), float_model=torch.nn.Flatten())
+
+
+def test_a_loose_tolerance_reports_nothing(tmp_path):
+    qat, _ = faults.clipped_range(tmp_path)
+    d = diagnose(qat, faults.data("resnet"), cosine_tolerance=0.5)
+    assert d.ok and d.quant_loss.within and d.quant_loss.remedies == []
+    d = diagnose(qat, faults.data("resnet"), cosine_tolerance=None)  # skipped
+    assert d.ok and d.quant_loss is None and "float -> qat.pt" not in d.text()

@@ -3,13 +3,23 @@ with the metric before and after asserted, and nothing given is changed."""
 
 import copy
 
+import numpy as np
 import profiler_faults as faults
+import pytest
 import torch
+import zoo
 import zoo_stages
 
 from hbir.profiler import diagnose
 from hbir.profiler.fix import remedy
-from hbir.quantization import FakeQuantState, export, set_fake_quantize
+from hbir.quantization import (
+    FakeQuantState,
+    QconfigSetter,
+    export,
+    qint16,
+    set_fake_quantize,
+)
+from hbir.runtime import numerics
 
 
 def _fixed(d, qat, data, **stages):
@@ -95,3 +105,111 @@ def test_a_cause_without_a_mechanical_remedy_has_no_fix(tmp_path):
     assert (
         remedy(diagnose(qat, faults.data("resnet")), qat, faults.data("resnet")) is None
     )
+
+
+def _scales(model) -> dict:
+    return {
+        name: (m.dtype.bits, m.scale.clone())
+        for name, m in model.named_modules()
+        if hasattr(m, "fake_quant_enabled")
+    }
+
+
+def _worst_cosine(reference_model, model, data) -> float:
+    with torch.no_grad():
+        return min(
+            float(
+                torch.nn.functional.cosine_similarity(
+                    reference_model(*b).double().flatten(),
+                    model(*b).double().flatten(),
+                    dim=0,
+                )
+            )
+            for b in data
+        )
+
+
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
+def test_an_int8_too_coarse_layer_is_made_int16_on_a_copy(tmp_path):
+    qat, _ = faults.outlier_channel(tmp_path)
+    kept = _scales(qat)
+    data = faults.data("resnet", 3)
+    d = diagnose(qat, data)
+    assert d.finding.cause == "quantization loss: int8 too coarse"
+    fix = _fixed(d, qat, data)
+    assert fix.applied.startswith("spread.activation_post_process in int16")
+    before, after = fix.before_loss.cosine, fix.after.quant_loss.cosine
+    assert before < 0.99 <= 0.999 < after
+    # the figures against torch: the user's qat.pt, and it with int16 by the
+    # advised qconfig (prepared again from the float model)
+    floats, _ = faults.outlier_channel(tmp_path / "float")
+    set_fake_quantize(floats, FakeQuantState.VALIDATION)
+    for m in floats.modules():
+        if hasattr(m, "fake_quant_enabled"):
+            m.enable_fake_quant(False)
+    assert before == pytest.approx(_worst_cosine(floats, qat, data), abs=1e-9)
+    advised, _ = faults.outlier_channel(
+        tmp_path / "advised", QconfigSetter(module_name={"spread": qint16})
+    )
+    assert after == pytest.approx(_worst_cosine(floats, advised, data), abs=1e-6)
+    # every later stage of the copy is within its contract (int16 to quantized.bc)
+    assert all(p.within for p in fix.after.pairs) and len(fix.after.pairs) == 3
+    assert "before: float -> qat.pt output cosine" in fix.text()
+    now = _scales(qat)  # the user's qat.pt is unchanged
+    assert all(
+        now[k][0] == v[0] and torch.equal(now[k][1], v[1]) for k, v in kept.items()
+    )
+
+
+def test_a_clipped_range_is_widened_to_the_data_on_a_copy(tmp_path):
+    qat, _ = faults.clipped_range(tmp_path)
+    kept = _scales(qat)
+    data = faults.data("resnet", 3)
+    d = diagnose(qat, data)
+    assert d.finding.cause == "quantization loss: clipped calibration range"
+    fix = _fixed(d, qat, data)
+    assert fix.applied.startswith(
+        f"{faults.CLIPPED_LAYER}.activation_post_process range"
+    )
+    before, after = fix.before_loss.cosine, fix.after.quant_loss.cosine
+    assert before < 0.99 and after > 0.999
+    # what the fix did by hand: the layer calibrated with min/max over the data
+    float_model, _ = zoo.build("resnet")
+    with torch.no_grad():
+        peak = max(float(float_model(*b).abs().max()) for b in data)
+    scale = numerics.scale_from_absmax(np.float32(peak), 8)
+    assert (
+        f"scale {float(kept[faults.CLIPPED_LAYER + '.activation_post_process'][1][0]):.6g} -> {float(scale):.6g}"
+        in fix.applied
+    )
+    assert all(p.within for p in fix.after.pairs)
+    now = _scales(qat)
+    assert all(torch.equal(now[k][1], v[1]) for k, v in kept.items())
+
+
+@pytest.mark.slow  # trains the digits net (about a minute)
+def test_the_digits_with_an_outlier_channel_named_and_recovered(tmp_path):
+    """scikit-learn's digits: int8 loses a third of the accuracy to an outlier
+    channel; the doctor names the layer and int16, the fix recovers the
+    outputs, and the advised qconfig recovers the accuracy (measured here)."""
+    qat, float_model, test, labels = faults.outlier_digits(tmp_path)
+
+    def accuracy(model) -> float:
+        with torch.no_grad():
+            logits = torch.cat([model(*b) for b in test])
+        return float((logits.argmax(1) == labels).float().mean())
+
+    assert accuracy(float_model) > 0.95 and accuracy(qat) < 0.85
+    d = diagnose(qat, test, float_model=float_model)
+    f = d.finding
+    assert all(p.within for p in d.pairs), d.text()
+    assert (f.baseline, f.analysis, f.layer) == ("float", "qat.pt", "spread#0")
+    assert f.cause == "quantization loss: int8 too coarse"
+    line = faults.faults_line("planted: an outlier channel (digits)")
+    assert f.source == f"tests/profiler/faults.py:{line}"
+    fix = _fixed(d, qat, test, float_model=float_model)
+    assert fix.before_loss.cosine < 0.9 and fix.after.quant_loss.cosine > 0.999
+    advised, *_ = faults.outlier_digits(
+        tmp_path / "advised", QconfigSetter(module_name={"spread": qint16})
+    )
+    assert accuracy(advised) >= accuracy(float_model) - 0.01

@@ -393,3 +393,167 @@ def test_convert_sensitivity_ties_go_to_the_first_divergence(corrupted, tmp_path
     best = rows[0][3]
     tied = [r[0] for r in rows if r[3] == best]
     assert len(tied) > 1 and tied[0] == f"{faults.PLANTED_CONV}#0"
+
+
+# ------------------------------------------------------------- the 3.x keywords
+
+
+@pytest.mark.slow  # not in the fast tier (docs/testing.md)
+def test_run_one_side_at_a_time_for_models_of_different_input_formats(tmp_path):
+    """The guide's recipe: qat.pt takes float images, nv12_quantized.bc the NV12
+    planes of the same frames; each side runs on its own bad case, the other
+    side's record comes from out_dir (another process), and the rows compare
+    the two."""
+    case = faults.nv12_case(tmp_path, batches=1)
+    out = str(tmp_path / "qa")
+    qa = QuantAnalysis(case.qat, case.nv12, "convert", out_dir=out)
+    qa.set_bad_case(case.data[0])
+    qa.run(run_baseline_model=True, run_analysis_model=False)
+    other = QuantAnalysis(case.qat, case.nv12, "convert", out_dir=out)
+    other.set_bad_case(case.planes[0])
+    other.run(run_baseline_model=False)
+    rows = {r["mod_name"]: r for r in other.compare_per_layer()}
+    assert (tmp_path / "qa" / "baseline_model" / "statistic.txt").exists()
+    # The output layer's difference, computed here from both models' outputs.
+    with torch.no_grad():
+        torch_out = case.qat(*case.data[0]).numpy()
+    hbir_out = hbir_outputs(case.nv12, case.planes[0])[0]
+    assert rows["fc#0"]["Atol"] == pytest.approx(
+        float(np.abs(torch_out - hbir_out).max()), rel=1e-6
+    )
+    with pytest.raises(QuantAnalysisError, match="both False: nothing to run"):
+        qa.run(run_baseline_model=False, run_analysis_model=False)
+
+
+def test_run_refuses_to_pair_a_side_that_never_ran(corrupted, tmp_path):
+    _, qat_bc, quantized = corrupted
+    qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    qa.run(run_analysis_model=False)
+    with pytest.raises(QuantAnalysisError, match="the analysis model has not been run"):
+        qa.compare_per_layer()
+
+
+def test_topk_keeps_the_k_worst_batches_per_metric(corrupted, tmp_path):
+    _, qat_bc, quantized = corrupted
+    data = faults.data("resnet", 6, seed=11)
+    qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+    qa.auto_find_bad_case(iter(data), metric="Cosine", topk=3)
+    cosines = [
+        float(
+            torch.nn.CosineSimilarity(dim=0)(
+                torch.from_numpy(hbir_outputs(qat_bc, b)[0]).flatten().double(),
+                torch.from_numpy(hbir_outputs(quantized, b)[0]).flatten().double(),
+            )
+        )
+        for b in data
+    ]
+    lowest = [int(i) for i in np.argsort(cosines, kind="stable")[:3]]
+    text = (tmp_path / "badcase.txt").read_text()
+    assert "The top 3 bad case input indices of each output:" in text
+    table = text.split("The top 3 bad case input indices of each output:")[1]
+    header, row = table.strip().splitlines()[:2]
+    column = header.split().index("Cosine")
+    cells = [c for c in row.split("  ") if c.strip()]
+    assert [int(i) for i in cells[column].split()] == lowest
+    assert qa.bad_case_index == lowest[0]
+    assert set(lowest) <= set(qa.bad_info[2])
+    qa.run(index=lowest[2])  # any kept batch
+    with pytest.raises(QuantAnalysisError, match="is not a kept bad case"):
+        qa.run(index=99)
+    with pytest.raises(QuantAnalysisError, match="topk must be a positive int"):
+        qa.auto_find_bad_case(iter(data), topk=0)
+
+
+def test_prefixes_and_types_filter_compare_per_layer_and_sensitivity(tmp_path):
+    qat, _ = zoo_stages.calibrated("resnet", tmp_path)
+    float_model = copy.deepcopy(qat)
+    for m in float_model.modules():
+        if isinstance(m, FakeQuantize):
+            m.enable_fake_quant(False)
+    qa = QuantAnalysis(float_model, qat, "fake_quant", out_dir=str(tmp_path / "o"))
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    every = qa.compare_per_layer()
+    layer1 = qa.compare_per_layer(prefixes=("layer1",))
+    assert layer1 == [r for r in every if r["mod_name"].startswith("layer1")]
+    convs = qa.compare_per_layer(types=(torch.nn.Conv2d,))
+    assert {r["mod_name"] for r in convs} == {
+        f"{n}#0" for n, m in qat.named_modules() if type(m).__name__ == "Conv2d" and n
+    }
+    rows = qa.sensitivity(prefixes=("layer2",))["output_0"]
+    full = {(r[0], r[1]): r[3] for r in qa.sensitivity()["output_0"]}
+    assert rows and all(r[0].startswith("layer2") for r in rows)
+    assert all(full[(r[0], r[1])] == r[3] for r in rows)
+    with pytest.raises(QuantAnalysisError, match="no layer name starts with 'layr1'"):
+        qa.compare_per_layer(prefixes=("layr1",))
+    with pytest.raises(QuantAnalysisError, match="no layer is of type Conv3d"):
+        qa.sensitivity(types=("Conv3d",))
+    with pytest.raises(QuantAnalysisError, match="types are classes or type names"):
+        qa.compare_per_layer(types=(3,))
+
+
+def test_tune_bad_case_sets_the_sensitive_layer_to_int16(tmp_path):
+    from hbir.quantization import QconfigSetter
+
+    qat, _ = faults.outlier_channel(tmp_path)
+    float_model = copy.deepcopy(qat)
+    for m in float_model.modules():
+        if isinstance(m, FakeQuantize):
+            m.enable_fake_quant(False)
+    qa = QuantAnalysis(float_model, qat, "fake_quant", out_dir=str(tmp_path / "o"))
+    batch = faults.data("resnet", 3)[1]
+    qa.set_bad_case(batch)
+    rows = qa.tune_bad_case(outputs_config={"output_0": ("Cosine", 0.999)})
+    assert [r["fake_quant"] for r in rows] == ["spread.activation_post_process"]
+    assert rows[0]["output_0 Cosine"] >= 0.999
+    assert list(qa.tuned_module_name) == ["spread"]
+    assert "all outputs meet" in (tmp_path / "o" / "tune_bad_case.txt").read_text()
+    # the user's model is unchanged; prepared with the rules, the same figure
+    assert qat.get_submodule("spread.activation_post_process").dtype.bits == 8
+    advised, _ = faults.outlier_channel(
+        tmp_path / "a", QconfigSetter(module_name=qa.tuned_module_name)
+    )
+    with torch.no_grad():
+        ref = torch.nn.CosineSimilarity(dim=0)(
+            float_model(*batch).flatten().double(), advised(*batch).flatten().double()
+        )
+    assert rows[0]["output_0 Cosine"] == pytest.approx(float(ref), abs=1e-6)
+    # skipping it: another layer is tried, up to max_tuned_stubs
+    skipped = qa.tune_bad_case(skip_prefix="spread", max_tuned_stubs=2)
+    assert len(skipped) == 2 and all("spread" != r["module"] for r in skipped)
+    with pytest.raises(QuantAnalysisError, match="names output 'out'"):
+        qa.tune_bad_case(outputs_config={"out": ("Cosine", 0.9)})
+    with pytest.raises(QuantAnalysisError, match="unknown metric"):
+        qa.tune_bad_case(outputs_config={0: ("Cosin", 0.9)})
+
+
+def test_tune_bad_case_needs_a_torch_analysis_model(corrupted, tmp_path):
+    _, qat_bc, quantized = corrupted
+    qa = QuantAnalysis(qat_bc, quantized, "convert", out_dir=str(tmp_path))
+    qa.set_bad_case(faults.data("resnet", 1)[0])
+    with pytest.raises(QuantAnalysisError, match="tune_bad_case sets fake quants"):
+        qa.tune_bad_case()
+
+
+def test_a_plain_float_module_is_the_baseline_of_its_prepared_model(tmp_path):
+    import zoo
+
+    qat, _ = zoo_stages.calibrated("resnet", tmp_path)
+    float_model, _ = zoo.build("resnet")
+    qa = QuantAnalysis(float_model, qat, "fake_quant", out_dir=str(tmp_path / "o"))
+    data = faults.data("resnet", 3)
+    qa.auto_find_bad_case(data)
+    batch = qa.bad_case
+    rows = {r["mod_name"]: r for r in qa.compare_per_layer()}
+    with torch.no_grad():
+        # the fused conv's row is the float conv + batch norm + relu
+        stem = float_model.stem(batch[0])
+        out = float_model(*batch)
+        fq_out = qat(*batch)
+    assert rows["stem.0.0#0"]["base_op_type"] == "Conv2d"
+    assert rows["stem.0.0#0"]["base_model_max"] == pytest.approx(float(stem.max()))
+    assert rows["fc#0"]["Atol"] == pytest.approx(float((out - fq_out).abs().max()))
+    assert rows["stem.0.0#0"]["Cosine"] > 0.999  # aligned, not pre-BN values
+    assert qa.sensitivity(metric="Cosine")["output_0"]
+    with pytest.raises(QuantAnalysisError, match="a float nn.Module is the baseline"):
+        QuantAnalysis(float_model, export(qat, batch), "export", out_dir=str(tmp_path))

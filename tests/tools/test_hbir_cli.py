@@ -218,3 +218,38 @@ def test_compile_verifies_after_every_pass_with_verify_each(tmp_path, flag, each
     assert len(lines) == 6  # one per compile pass
     assert all(("+ verify" in ln) == each for ln in lines)
     assert (tmp_path / "model.hbm").exists()
+
+
+@pytest.mark.slow  # two CLI runs (not in the fast tier)
+def test_doctor_measures_qat_pt_against_the_float_model_and_fixes_it(tmp_path):
+    import zoo
+
+    from hbir.quantization import export
+
+    qat, example = faults.clipped_range(tmp_path)
+    model, _ = zoo.build("resnet")
+    torch.save(qat, tmp_path / "qat.pt")
+    # qat.bc exported where the model's source is (its torch source lines)
+    hbir.save(export(qat, example), tmp_path / "qat.bc")
+    # saved as its fx graph: loadable without the class's module (tests/zoo.py)
+    torch.save(torch.fx.symbolic_trace(model), tmp_path / "float.pt")
+    torch.save(faults.data("resnet"), tmp_path / "data.pt")
+    files = ["--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt"]
+    kept = (tmp_path / "qat.pt").read_bytes()
+    given = [*files, "--qat-bc", tmp_path / "qat.bc"]
+    run = _doctor(*given, "--float", tmp_path / "float.pt", "--fix")
+    assert run.returncode == 3, run.stderr
+    out = run.stdout
+    assert "float -> qat.pt        [tolerance] BEYOND TOLERANCE" in out
+    assert "qat.pt itself is far from the float model" in out
+    line = faults.zoo_line("return self.dequant(self.fc(x))")
+    assert f"torch source: tests/zoo.py:{line}" in out
+    assert "cause: quantization loss: clipped calibration range:" in out
+    assert "fix (quantization loss: clipped calibration range): fc." in out
+    assert "after the fix every stage is within its contract" in out
+    assert (tmp_path / "qat.pt").read_bytes() == kept
+    run = _doctor(*files, "--cosine-tolerance", "0.5")
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = _doctor(*files, "--float", tmp_path / "data.pt")
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "expected the float model saved whole" in run.stderr
