@@ -9,7 +9,10 @@ faster.
 
 Exact sums
     int8 x int8 convs and gemms run on ``torch._int_mm`` (int32 accumulation,
-    VNNI), exact while ``terms * 2**14 < 2**31``. A prepared large int8 / uint8
+    VNNI), exact while ``terms * 2**14 < 2**31``, on a CPU where it is fast
+    (``int_mm_fast``: measured once per process; without VNNI torch's
+    ``_int_mm`` is a scalar loop ~100x slower than a float32 gemm, and the
+    float engines below take those sums too). A prepared large int8 / uint8
     conv runs on oneDNN's int8 conv instead (``_onednn_sums``: float32 sums,
     exact below 2**24, checked). Other widths (int16, uint8, grouped
     convs) use float32 torch kernels where every partial sum provably stays below
@@ -49,6 +52,40 @@ FLOAT32_LIMIT = 2**24  # float32 holds every integer below this exactly
 FLOAT64_LIMIT = 2**53
 
 
+@functools.cache
+def int_mm_fast() -> bool:
+    """Whether ``torch._int_mm`` beats a float32 gemm of the same shape here,
+    measured once per process (best of five, ~1M multiply-adds each).
+
+    With VNNI it runs ~5x faster than float32 (the benchmarks' machine:
+    219 GMAC/s); without it, torch falls back to a scalar loop (~0.7 GMAC/s
+    on an AVX2 EPYC, against ~30 GFLOP/s for float32). Both engines are
+    exact within their bounds, so the choice changes no number."""
+    import time
+
+    a = torch.ones((64, 256), dtype=torch.int8)
+    b = torch.ones((256, 64), dtype=torch.int8)
+    fa, fb = a.float(), b.float()
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (two threads on a loaded machine: noise)
+    try:
+        int_mm = best(lambda: torch._int_mm(a, b))
+        return int_mm < best(lambda: torch.mm(fa, fb))
+    except RuntimeError:  # a torch without the CPU kernel
+        return False
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _method(x_dtype, w: np.ndarray, out_axis: int, int_mm_ok: bool) -> str:
     """How to sum ``x * w`` exactly: the fastest engine whose bound holds.
 
@@ -58,7 +95,13 @@ def _method(x_dtype, w: np.ndarray, out_axis: int, int_mm_ok: bool) -> str:
     others = tuple(a for a in range(w.ndim) if a != out_axis % w.ndim)
     w_sum = int(np.max(np.sum(np.abs(w.astype(np.int64)), axis=others), initial=0))
     bound = magnitude(x_dtype) * w_sum
-    if int_mm_ok and x_dtype == np.int8 and w.dtype == np.int8 and bound < INT_MM_LIMIT:
+    if (
+        int_mm_ok
+        and x_dtype == np.int8
+        and w.dtype == np.int8
+        and bound < INT_MM_LIMIT
+        and int_mm_fast()
+    ):
         return "int_mm"
     if bound < FLOAT32_LIMIT:
         return "float32"
@@ -135,7 +178,9 @@ def matmul_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     bound = a.shape[-1] * magnitude(a.dtype) * magnitude(b.dtype)
     if bound < FLOAT32_LIMIT:
         method = "float32"
-    elif a.dtype == np.int8 and b.dtype == np.int8 and a.ndim == b.ndim == 2:
+    elif (
+        a.dtype == np.int8 and b.dtype == np.int8 and a.ndim == b.ndim == 2
+    ) and int_mm_fast():
         return int8_matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
     elif bound < FLOAT64_LIMIT:
         method = "float64"
