@@ -605,6 +605,35 @@ def _code_index(x: np.ndarray, signed: bool) -> np.ndarray:
     return x.view(np.uint8) ^ np.uint8(0x80) if signed else x
 
 
+class CodeTable:
+    """``numerics.apply_lut(table, x)`` of 8- or 16-bit codes as one lookup in
+    the list of every code's result, which ``apply_lut`` itself computes once
+    (so the numbers cannot differ): an int16 LUT op (softmax's exp, GELU,
+    rsqrt) is then one pass per call, not the segment arithmetic in int64.
+    Only for a table whose input range is the codes' whole dtype, where no code
+    can be out of range (``of`` gives None otherwise)."""
+
+    def __init__(self, entries: np.ndarray, signed: bool):
+        self.entries, self.signed = entries, signed
+
+    @classmethod
+    def of(cls, table: numerics.LutTable, x_dtype, out_dtype) -> CodeTable | None:
+        x_dtype = np.dtype(x_dtype)
+        if x_dtype.kind not in "iu" or x_dtype.itemsize > 2:
+            return None
+        if table.in_bits != 8 * x_dtype.itemsize or x_dtype.kind != "i":
+            return None  # (the tables' inputs are signed codes of in_bits)
+        info = np.iinfo(x_dtype)
+        codes = np.arange(info.min, info.max + 1, dtype=np.int64)
+        entries = numerics.apply_lut(table, codes).astype(out_dtype)
+        return cls(entries, signed=True)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        unsigned = np.dtype(f"u{x.dtype.itemsize}")
+        index = x.view(unsigned) ^ unsigned.type(1 << (8 * x.dtype.itemsize - 1))
+        return np.take(self.entries, index)
+
+
 # ------------------------------------------------------------------ quantization
 
 

@@ -196,6 +196,9 @@ def conv_transpose(f: Fields, out: Out, x, w, bias=None) -> np.ndarray:
 
 
 def gemm(f: Fields, out: Out, a, b, bias=None) -> np.ndarray:
+    fused = f.get("_fused")
+    if fused is not None:  # prepared: packed weight, one fused requantization
+        return fused(kernels.linear_sums(a, f["_packed"]), out[1])
     inner, after = _split_bias(f, bias)
     bits = f["acc_bits"]
     if f["transpose_b"]:
@@ -279,6 +282,9 @@ def lut(f: Fields, out: Out, x) -> np.ndarray:
 
 
 def lut_segmented(f: Fields, out: Out, x) -> np.ndarray:
+    codes = f.get("_codes")
+    if codes is not None:  # prepared: every code's result, one lookup
+        return codes(x)
     table = f.get("_table") or lut_table(f)
     return numerics.apply_lut(table, x.astype(np.int64)).astype(out[1])
 
@@ -432,6 +438,7 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
         f["_post"] = _requantizers(f, len(out[0]))
     if name == "lut_segmented":
         f["_table"] = lut_table(f)
+        f["_codes"] = kernels.CodeTable.of(f["_table"], operands[0][1], out[1])
     if name == "lut" and operands[0][1] == np.int8:
         f["_entries"] = np.asarray(f["table"]).astype(out[1])
     if name == "eltwise":
@@ -462,11 +469,22 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
             )
             bias = operands[2][2] if len(operands) > 2 else None
             if len(operands) == 2 or bias is not None:
-                fused = _fused_post(f, f["_packed"], x_dtype, bias)
+                channel_sum = f["_packed"].channel_sum
+                fused = _fused_post(f, channel_sum, x_dtype, bias, 4, 1)
                 if fused is not None:
                     f["_fused"] = fused
         elif w is not None and f["transpose_b"]:
             f["_packed"] = kernels.pack_linear(w, x_dtype)
+            bias = operands[2][2] if len(operands) > 2 else None
+            ndim, axis = len(out[0]), f["axis"]
+            per_channel = f["multiplier"] is not None and f["multiplier"].size > 1
+            if (len(operands) == 2 or bias is not None) and (
+                not per_channel or axis % ndim == ndim - 1
+            ):  # (the requantization along the bias's axis: the last)
+                channel_sum = int(np.max(np.abs(w.astype(np.int64)).sum(1), initial=0))
+                fused = _fused_post(f, channel_sum, x_dtype, bias, ndim, ndim - 1)
+                if fused is not None:
+                    f["_fused"] = fused
     if name == "eltwise" and _pairwise(f, operands):
         plain = dict(f)
         f["_pair"] = kernels.PairTable(
@@ -546,13 +564,17 @@ def operands_read(name: str, f: Fields, count: int) -> tuple[bool, ...]:
     return (True,) * count
 
 
-def _fused_post(f: Fields, packed, x_dtype, bias) -> requantizer.Requantizer | None:
-    """A conv's exact sums (bounded by its weight codes) and post-process as one
-    requantization (``requantizer.fused_epilogue``), or None where a step of the
-    post-process may saturate or there is no requantization."""
+def _fused_post(
+    f: Fields, channel_sum: int, x_dtype, bias, ndim: int, axis: int
+) -> requantizer.Requantizer | None:
+    """A conv's or linear gemm's exact sums (bounded by its weight codes: the
+    largest ``sum|w|`` of an output channel) and post-process as one
+    requantization along the output channels' ``axis``
+    (``requantizer.fused_epilogue``), or None where a step of the post-process
+    may saturate or there is no requantization."""
     if f["multiplier"] is None:
         return None
-    bound = kernels.magnitude(x_dtype) * packed.channel_sum
+    bound = kernels.magnitude(x_dtype) * channel_sum
     inner, after = _split_bias(f, bias)
     widest = bound + (0 if inner is None else int(np.max(np.abs(inner))))
     if widest >= 1 << (f["acc_bits"] - 1):
@@ -562,7 +584,7 @@ def _fused_post(f: Fields, packed, x_dtype, bias) -> requantizer.Requantizer | N
     return requantizer.fused_epilogue(
         f["multiplier"], f["shift"], lo, hi, factor=factor,
         bias=inner if after is None else after, acc_bound=bound,
-        ndim=4, axis=1, mode=f["rounding"],
+        ndim=ndim, axis=axis, mode=f["rounding"],
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hbir.runtime import integer_ops, npu_kernels, numerics, requantizer
+from hbir.runtime import integer_ops, kernels, npu_kernels, numerics, requantizer
 
 torch.set_num_threads(1)
 
@@ -55,7 +55,9 @@ def test_a_bound_conv_equals_the_kernel_run_after_run(padding):
     x = np.zeros((1, h, h, c), np.int8)  # the simulator's buffers
     into = np.zeros(out[0], np.int8)
     run = npu_kernels.bind("conv", f, out, [x, w, bias], into)
-    assert run is not None
+    if run is None:  # no exact oneDNN int8 conv on this CPU: the kernel itself
+        assert not kernels._onednn_exact()
+        run = lambda: npu_kernels.conv(f, out, x, w, bias, into=into)  # noqa: E731
     for value in [RNG.integers(-128, 128, x.shape), 127, -128]:
         x[...] = value
         run()
