@@ -160,8 +160,10 @@ def pack_linear(w: np.ndarray, x_dtype) -> PackedLinear:
     return PackedLinear(method, w, packed)
 
 
-def linear_sums(x: np.ndarray, p: PackedLinear) -> np.ndarray:
-    """Exact ``x @ w.T`` over the last axis (int32 or int64 sums)."""
+def linear_sums(x: np.ndarray, p: PackedLinear, raw: bool = False) -> np.ndarray:
+    """Exact ``x @ w.T`` over the last axis (int32 or int64 sums; with ``raw``,
+    the float engines' sums as they are: integer-valued floats, exact, one pass
+    fewer for a caller that reads floats anyway)."""
     if p.method == "int_mm":
         x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
         if not x2.flags.writeable:  # a constant input: torch takes writable arrays
@@ -170,7 +172,8 @@ def linear_sums(x: np.ndarray, p: PackedLinear) -> np.ndarray:
         return y.reshape(*x.shape[:-1], y.shape[-1])
     if p.method == "int64":
         return integer_ops.numpy_matmul(x, p.weight.T)
-    return _exact(F.linear(_as_float(x, p.method), p.packed))
+    y = F.linear(_as_float(x, p.method), p.packed)
+    return y.numpy() if raw else _exact(y)
 
 
 def matmul_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -450,9 +453,12 @@ def _im2col(x, kernel, stride, pads, dilation):
     return np.ascontiguousarray(view).reshape(c * kh * kw, n * oh * ow), (n, oh, ow)
 
 
-def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndarray:
+def conv2d_sums(
+    x: np.ndarray, p: PackedConv, stride, pads, dilation, raw: bool = False
+) -> np.ndarray:
     """Exact conv sums (NCHW int32 or int64, or float32 holding integers below
-    2**24), no bias; ``pads`` is (t, l, b, r)."""
+    2**24), no bias; ``pads`` is (t, l, b, r). ``raw``: the float engines'
+    sums as they are (integer-valued floats), not converted to integers."""
     stride, dilation = tuple(stride), tuple(dilation)
     pads = integer_ops.pads4(pads)
     if _depthwise_loop(p, _conv_macs(x.shape, p.weight.shape, stride, pads, dilation)):
@@ -485,7 +491,7 @@ def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndar
         xt = F.pad(xt, (lf, r, t, b))
         t = lf = 0
     y = F.conv2d(xt, p.packed, None, stride, (t, lf), dilation, p.groups)
-    return _exact(y)
+    return y.numpy() if raw else _exact(y)
 
 
 def conv2d(x, w, bias, stride, padding, dilation, groups, *, bits=32) -> np.ndarray:

@@ -149,13 +149,21 @@ def _conv_engine(f: Fields):
     )
 
 
+# The requantization paths that compute in float64 from the sums (their
+# compiled loops take integer-valued float sums as they are, exactly).
+_READS_FLOATS = frozenset({"nearest", "float"})
+
+
 def conv(f: Fields, out: Out, x, w, bias=None, *, into=None) -> np.ndarray:
     """(``into``: the result's buffer, which a prepared conv writes directly.)"""
     fused = f.get("_fused")
     if fused is not None:  # prepared: packed weight, one fused requantization
         pads = f["padding"]
         x = np.transpose(x, _NCHW)
-        acc = kernels.conv2d_sums(x, f["_packed"], f["stride"], pads, f["dilation"])
+        raw = fused.path in _READS_FLOATS
+        acc = kernels.conv2d_sums(
+            x, f["_packed"], f["stride"], pads, f["dilation"], raw
+        )
         if into is not None:  # (a Requantizer given into= writes it)
             fused(acc, out[1], np.transpose(into, _NCHW))
             return into
@@ -198,7 +206,8 @@ def conv_transpose(f: Fields, out: Out, x, w, bias=None) -> np.ndarray:
 def gemm(f: Fields, out: Out, a, b, bias=None) -> np.ndarray:
     fused = f.get("_fused")
     if fused is not None:  # prepared: packed weight, one fused requantization
-        return fused(kernels.linear_sums(a, f["_packed"]), out[1])
+        raw = fused.path in _READS_FLOATS  # (float sums read as they are)
+        return fused(kernels.linear_sums(a, f["_packed"], raw), out[1])
     inner, after = _split_bias(f, bias)
     bits = f["acc_bits"]
     if f["transpose_b"]:
@@ -212,7 +221,11 @@ def gemm(f: Fields, out: Out, a, b, bias=None) -> np.ndarray:
         acc = integer_ops.linear(a, b, inner, bits=bits, engine=engine)
     else:
         integer_ops.check_f64_exact(a, b, a.shape[-1])
-        acc = integer_ops.matmul(a, b, bits=bits, engine=kernels.matmul_sums)
+        bound = a.shape[-1] * kernels.magnitude(a.dtype) * kernels.magnitude(b.dtype)
+        if bound < 1 << (bits - 1):  # no sum can saturate: the sums as they are
+            acc = kernels.matmul_sums(a, b)
+        else:
+            acc = integer_ops.matmul(a, b, bits=bits, engine=kernels.matmul_sums)
     return post_process(f, acc, out[1], after)
 
 
