@@ -42,6 +42,7 @@ from hbir.runtime import integer_ops, numerics
 from hbir.runtime.requantizer import (
     ChannelBlocks,
     along_float,
+    inverse_order,
     loops,
     magnitude,
     memory_order,
@@ -210,6 +211,9 @@ class PackedConv:
     # a depthwise conv of 8-bit codes (one weight channel per input channel):
     # its weight as [KH, KW, C] for the compiled loop, or None
     depthwise: np.ndarray | None = None
+    # a depthwise 1x1 conv (a per-channel scale: layer norm's affine): its
+    # weight as [1, C, 1, 1] in the sums' integer dtype, or None
+    scale: np.ndarray | None = None
 
 
 def pack_conv2d(
@@ -244,7 +248,11 @@ def pack_conv2d(
         and magnitude(x_dtype) * channel_sum < INT_MM_LIMIT  # int32 sums
     ):
         depthwise = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
-    return PackedConv(method, w, groups, packed, onednn, channel_sum, depthwise)
+    scale = None
+    if w.shape[1:] == (1, 1, 1) and groups == w.shape[0] and x_dtype.kind in "iu":
+        wide = magnitude(x_dtype) * channel_sum >= INT_MM_LIMIT
+        scale = w.reshape(1, -1, 1, 1).astype(np.int64 if wide else np.int32)
+    return PackedConv(method, w, groups, packed, onednn, channel_sum, depthwise, scale)
 
 
 def _max_channel_sum(w: np.ndarray) -> int:
@@ -461,6 +469,13 @@ def conv2d_sums(
     sums as they are (integer-valued floats), not converted to integers."""
     stride, dilation = tuple(stride), tuple(dilation)
     pads = integer_ops.pads4(pads)
+    if p.scale is not None and not any(pads) and x.shape[1] == p.scale.shape[1]:
+        # a per-channel scale: one multiply in x's memory order (channels
+        # last stays channels last), exact in the scale's integer dtype
+        (sh, sw), taken = stride, x
+        if (sh, sw) != (1, 1):
+            taken = x[:, :, ::sh, ::sw]
+        return np.multiply(taken, p.scale, dtype=p.scale.dtype)
     if _depthwise_loop(p, _conv_macs(x.shape, p.weight.shape, stride, pads, dilation)):
         return _depthwise_sums(x, p.depthwise, stride, pads, dilation)
     if p.onednn is not None:
@@ -599,7 +614,7 @@ class PairTable:
             index <<= 8
             index |= _code_index(b, self.signed[1])
             y = np.take(self.table, index)
-        y = y.transpose(np.argsort(order))
+        y = y.transpose(inverse_order(order))
         if into is None:
             return y
         into[...] = y

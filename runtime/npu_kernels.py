@@ -262,7 +262,7 @@ def eltwise(f: Fields, out: Out, a, b, *, into=None) -> np.ndarray:
     y = _ELTWISE[f["kind"]](*(np.asarray(v, np.int64) for v in args))
     if not f.get("_fits"):  # (prepared: no value can reach the accumulator's bound)
         y = integer_ops.saturate(y, f["acc_bits"])
-    return post_process(f, y, out[1])
+    return post_process(f, y, out[1], into=into)
 
 
 def rescale(f: Fields, out: Out, x, *, into=None) -> np.ndarray:

@@ -329,7 +329,7 @@ class Requantizer:
         if acc.dtype.kind == "i":  # code - min: flip the sign bit
             unsigned = np.dtype(f"u{acc.itemsize}")
             flat = flat.view(unsigned) ^ unsigned.type(1 << (8 * acc.itemsize - 1))
-        return np.take(table, flat).transpose(np.argsort(perm))
+        return np.take(table, flat).transpose(inverse_order(perm))
 
     def _compute(self, acc: np.ndarray, out_dtype) -> np.ndarray:
         path = self.path
@@ -599,7 +599,7 @@ class ChannelBlocks:
         return y.transpose(self.perm).reshape(-1)
 
     def restore(self, y: np.ndarray) -> np.ndarray:
-        return y.reshape(self.flat_shape).transpose(np.argsort(self.perm))
+        return y.reshape(self.flat_shape).transpose(inverse_order(self.perm))
 
 
 def memory_order(x: np.ndarray) -> tuple[int, ...]:
@@ -607,6 +607,13 @@ def memory_order(x: np.ndarray) -> tuple[int, ...]:
     ``x.transpose(order)`` is C-contiguous for any contiguous layout (NCHW,
     channels-last), so elementwise work on it runs in memory order."""
     return _order(x.strides)
+
+
+@functools.lru_cache(maxsize=1024)
+def inverse_order(order: tuple[int, ...]) -> tuple[int, ...]:
+    """The axes that undo ``x.transpose(order)`` (``np.argsort(order)``, once
+    per order: numpy's argsort of a tuple costs microseconds on every call)."""
+    return tuple(int(a) for a in np.argsort(order))
 
 
 @functools.lru_cache(maxsize=1024)
