@@ -412,9 +412,13 @@ DEPTHWISE_LOOP_MAX_MACS = 1_000_000
 
 
 def _depthwise_loop(p: PackedConv, macs: int) -> bool:
+    """Whether the compiled loop takes a depthwise conv: below
+    ``DEPTHWISE_LOOP_MAX_MACS``, or at any size where oneDNN's int8 conv is
+    not there to take the large ones (its float32 grouped conv is ~3x slower
+    than the loop)."""
     return (
         p.depthwise is not None
-        and macs < DEPTHWISE_LOOP_MAX_MACS
+        and (macs < DEPTHWISE_LOOP_MAX_MACS or p.onednn is None)
         and loops() is not None
     )
 
@@ -491,6 +495,16 @@ def conv2d_sums(
             cols = cols.copy()
         y = torch._int_mm(torch.from_numpy(cols), p.packed.t()).numpy()
         return y.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)  # channels last
+    if p.method in ("float32", "float64") and p.groups == 1:
+        if _pointwise_channels_last(x, p, pads):  # one float gemm of the pixels
+            (sh, sw), n = stride, x.shape[0]
+            pixels = x[:, :, ::sh, ::sw].transpose(0, 2, 3, 1)  # NHWC view
+            oh, ow = pixels.shape[1:3]
+            cols = np.ascontiguousarray(pixels).reshape(-1, x.shape[1])
+            w2 = p.packed.reshape(p.packed.shape[0], -1)
+            y = F.linear(_as_float(cols, p.method), w2)
+            y = y.numpy() if raw else _exact(y)
+            return y.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)  # channels last
     if p.method == "int_mm":
         kernel = p.weight.shape[2:]
         cols, (n, oh, ow) = _im2col(x, kernel, stride, pads, dilation)
