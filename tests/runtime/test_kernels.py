@@ -471,3 +471,38 @@ def test_pair_table_equals_its_function_on_broadcasts_and_layouts(dtypes):
         got, ref = table(x, y), fn(x, y)
         assert got.shape == ref.shape
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+@pytest.mark.parametrize("bits", [(8, 8, 8), (16, 8, 16), (8, 16, 8)])
+def test_fixed_point_gemm_with_the_prepared_output_equals_the_reference(bits, mode):
+    """The QAT fixed-point forward's compiled requantization
+    (``requantizer.prepared_gemm_output``) gives ``gemm_output``'s numbers:
+    per-channel weights, a bias, extreme and random codes, and again from its
+    cache."""
+    x_bits, w_bits, out_bits = bits
+    channels, k = 6, 40
+    grids = numerics.Grids(
+        (0.02,), (x_bits,), 0.05, out_bits,
+        tuple(RNG.uniform(1e-3, 1e-2, channels)), w_bits,
+    )  # fmt: skip
+    w_scales = np.asarray(grids.w_scales, np.float32).reshape(-1, 1)
+    w = codes((channels, k), np.int8 if w_bits == 8 else np.int16) * w_scales
+    bias = RNG.uniform(-2, 2, channels)
+
+    def gemm(a, b):
+        return a.astype(np.float64) @ b.astype(np.float64).T
+
+    for kind in ("random", "max", "positive"):
+        xq = codes((3, k), np.int8 if x_bits == 8 else np.int16, kind)
+        x = xq * np.float32(grids.x_scale)
+        args = dict(bias=bias, terms=k, axis=-1, w_axis=0, mode=mode)
+        want = numerics.fixed_point_gemm(grids, x, w, gemm, **args)
+        for _ in range(2):  # built, then from the cache
+            got = numerics.fixed_point_gemm(
+                grids, x, w, gemm, output=requantizer.prepared_gemm_output, **args
+            )
+            assert got.dtype == want.dtype == np.float32
+            np.testing.assert_array_equal(got, want)
+    # (the compiled form ran: a prepared requantizer, not the fallback)
+    assert any(r is not None for r in requantizer._PREPARED_OUTPUTS.values())
