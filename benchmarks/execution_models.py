@@ -7,6 +7,9 @@
   1.0, 1280-channel head) at 224x224.
 * ``transformer``: the benchmark encoder block (sequence 128, width 256, 4
   heads, pre-norm, GELU MLP of width 1024).
+* ``vit_tiny``: timm's ``vit_tiny_patch16_224`` layout, written out (16x16
+  patches, width 192, 12 pre-norm blocks of 3 heads and a GELU MLP of 768, a
+  class token and learned position embeddings, 1000-way head) at 224x224.
 
 Each model has ``QuantStub`` / ``DeQuantStub`` around the deployed part; BatchNorm
 statistics are randomised so that the folded weights are not trivial.
@@ -153,10 +156,62 @@ class EncoderBlock(nn.Module):
         return self.dequant(x)
 
 
+class _VitBlock(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        n, s, d = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        q = q.reshape(n, s, h, d // h).transpose(1, 2)
+        k = k.reshape(n, s, h, d // h).transpose(1, 2)
+        v = v.reshape(n, s, h, d // h).transpose(1, 2)
+        att = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * (d // h) ** -0.5, -1)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(n, s, d)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class VitTiny(nn.Module):
+    """timm's ``vit_tiny_patch16_224`` layout (class token, no distillation)."""
+
+    size, patch, dim, depth, heads = 224, 16, 192, 12, 3
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        tokens = (self.size // self.patch) ** 2 + 1
+        self.quant = QuantStub()
+        self.patch_embed = nn.Conv2d(3, self.dim, self.patch, self.patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, self.dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, tokens, self.dim) * 0.02)
+        self.blocks = nn.Sequential(
+            *[_VitBlock(self.dim, self.heads) for _ in range(self.depth)]
+        )
+        self.norm = nn.LayerNorm(self.dim, eps=1e-6)
+        self.head = nn.Linear(self.dim, classes)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        x = self.patch_embed(self.quant(x)).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        x = torch.cat([cls, x], dim=1) + self.pos_embed
+        x = self.norm(self.blocks(x))
+        return self.dequant(self.head(x[:, 0]))
+
+
 MODELS = {
     "resnet18": ResNet18,
     "mobilenet_v2": MobileNetV2,
     "transformer": EncoderBlock,
+    "vit_tiny": VitTiny,
 }
 
 

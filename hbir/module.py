@@ -79,6 +79,87 @@ def _is_batch_of(shape: tuple[int, ...], expected: tuple[int, ...]) -> bool:
     )
 
 
+def batch_size(
+    where: str,
+    inputs: Sequence[tuple[str, tuple[int, ...]]],
+    arrays: Sequence[np.ndarray],
+    outputs: Sequence[tuple[str, tuple[int, ...]]],
+) -> int | None:
+    """The batch size N when every input is a batch of its batch-1 shape (a
+    leading dimension N > 1 where the function has 1), None when none is; a
+    located ``FeedError`` for a feed that batches some inputs and not others,
+    or a function whose outputs have no leading batch dimension to stack on.
+    ``inputs`` / ``outputs`` are (name, shape) pairs; ``arrays`` the inputs'
+    values, each already of its own or its batch shape."""
+    batches = {
+        name: x.shape[0]
+        for (name, shape), x in zip(inputs, arrays, strict=True)
+        if _is_batch_of(x.shape, shape)
+    }
+    if not batches:
+        return None
+    sizes = set(batches.values())
+    if len(batches) != len(inputs) or len(sizes) != 1:
+        shapes = {name: x.shape for (name, _), x in zip(inputs, arrays, strict=True)}
+        raise FeedError(
+            f"{where}: a batch feed needs every input batched the same "
+            f"way (leading dimension N where the function has 1); got {shapes}"
+        )
+    single = [(name, shape) for name, shape in outputs if shape[:1] != (1,)]
+    if single:
+        raise FeedError(
+            f"{where}: a batch feed needs outputs with a leading "
+            f"dimension of 1; output '{single[0][0]}' has shape "
+            f"{single[0][1]}: feed one input at a time"
+        )
+    return sizes.pop()
+
+
+def shape_error(where: str, name: str, got, expected: tuple[int, ...]) -> FeedError:
+    """An input of the wrong shape, naming the batch form a batch-1 input takes."""
+    batch = ""
+    if expected[:1] == (1,):
+        batch = f" (or a batch: {('N', *expected[1:])})"
+    return FeedError(
+        f"{where}: input '{name}' has shape {tuple(got)}, expected {expected}{batch}"
+    )
+
+
+def sample_by_sample(run, arrays: list[np.ndarray], batch: int) -> list[np.ndarray]:
+    """``run`` (batch-1 arrays -> outputs) on each sample of a batch, its
+    outputs stacked along the leading dimension."""
+    runs = [run([x[i : i + 1] for x in arrays]) for i in range(batch)]
+    return [np.concatenate(ys) for ys in zip(*runs, strict=True)]
+
+
+def _is_torch(value: Any) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def wants_torch(feed: Any) -> bool:
+    """Whether a feed's outputs come back as torch tensors: when one of its
+    inputs is a tensor (outputs take the inputs' kind: tensors in, tensors out;
+    numpy arrays, lists or numbers in, numpy arrays out)."""
+    return isinstance(feed, Mapping) and any(_is_torch(v) for v in feed.values())
+
+
+def in_kind(outputs: Outputs, torch_out: bool, bf16: Sequence[str] = ()) -> Outputs:
+    """``outputs`` as torch tensors (sharing the arrays' memory; the outputs
+    named in ``bf16`` as ``torch.bfloat16``, whose values they hold exactly)
+    when ``torch_out``, else as they are."""
+    if not torch_out:
+        return outputs
+    import torch
+
+    def tensor(name: str, y: np.ndarray):
+        if not (y.flags.c_contiguous and y.flags.writeable):  # (a constant's view)
+            y = np.array(y, order="C")
+        t = torch.from_numpy(y)
+        return t.to(torch.bfloat16) if name in bf16 else t
+
+    return Outputs((name, tensor(name, np.asarray(y))) for name, y in outputs.items())
+
+
 def _arg_name(attrs: DictionaryAttr | None, default: str) -> str:
     if attrs is not None and isinstance(attrs.data.get(ATTR_ARG_NAME), StringAttr):
         return attrs.data[ATTR_ARG_NAME].data
@@ -184,19 +265,11 @@ class Function:
             raise FeedError(
                 f"@{self.name}: {'; '.join(parts)}; expected {inputs.names}"
             )
-        arrays, batches = [], {}
+        arrays = []
         for arg in inputs:
             x = _to_numpy(feed[arg.name], arg, f"@{self.name}: input '{arg.name}'")
-            if _is_batch_of(x.shape, arg.shape):
-                batches[arg.name] = x.shape[0]
-            elif tuple(x.shape) != arg.shape:
-                batch = ""
-                if arg.shape[:1] == (1,):
-                    batch = f" (or a batch: {('N', *arg.shape[1:])})"
-                raise FeedError(
-                    f"@{self.name}: input '{arg.name}' has shape {tuple(x.shape)}, "
-                    f"expected {arg.shape}{batch}"
-                )
+            if tuple(x.shape) != arg.shape and not _is_batch_of(x.shape, arg.shape):
+                raise shape_error(f"@{self.name}", arg.name, x.shape, arg.shape)
             if x.dtype != arg.dtype:
                 raise FeedError(
                     f"@{self.name}: input '{arg.name}' has dtype {x.dtype}, "
@@ -204,24 +277,9 @@ class Function:
                 )
             # (np.ascontiguousarray would make a rank-0 input 1-d)
             arrays.append(x if x.flags.c_contiguous else x.copy(order="C"))
-        if not batches:
-            return arrays, None
-        sizes = set(batches.values())
-        if len(batches) != len(inputs) or len(sizes) != 1:
-            shapes = {a.name: x.shape for a, x in zip(inputs, arrays, strict=True)}
-            raise FeedError(
-                f"@{self.name}: a batch feed needs every input batched the same "
-                f"way (leading dimension N where the function has 1); got {shapes}"
-            )
-        outputs = self.outputs
-        single = [o for o in outputs if o.shape[:1] != (1,)]
-        if single:
-            raise FeedError(
-                f"@{self.name}: a batch feed needs outputs with a leading "
-                f"dimension of 1; output '{single[0].name}' has shape "
-                f"{single[0].shape}: feed one input at a time"
-            )
-        return arrays, sizes.pop()
+        pairs = [(a.name, a.shape) for a in inputs]
+        outputs = [(o.name, o.shape) for o in self.outputs]
+        return arrays, batch_size(f"@{self.name}", pairs, arrays, outputs)
 
     def _exact_arrays(self, feed: Any) -> list[np.ndarray] | None:
         """The fast path of ``_check_inputs``: when ``feed`` is a dict of exactly
@@ -270,19 +328,24 @@ class Function:
 
         A function exported with batch 1 also takes a batch: every input with a
         leading dimension of N instead of 1. It runs one sample at a time (the
-        interpreter's plan is built once) and returns each output with the N
-        results stacked along that dimension; ``on_op`` is called per sample.
+        interpreter's plan and the compiled program are built once) and
+        returns each output with the N results stacked along that dimension;
+        ``on_op`` is called per sample.
+
+        Outputs come back in the inputs' kind: torch tensors when an input is
+        a tensor, numpy arrays otherwise.
         """
         arrays, batch = self._check_inputs(inputs)
         if batch is None:
             results = self._run(arrays, on_op, reference)
         else:
-            runs = [
-                self._run([x[i : i + 1] for x in arrays], on_op, reference)
-                for i in range(batch)
-            ]
-            results = [np.concatenate(ys) for ys in zip(*runs, strict=True)]
-        return Outputs(zip(self._signature()[2], results, strict=True))
+            run = lambda xs: self._run(xs, on_op, reference)  # noqa: E731
+            results = sample_by_sample(run, arrays, batch)
+        outputs = Outputs(zip(self._signature()[2], results, strict=True))
+        if not wants_torch(inputs):  # (the fast path: numpy in, numpy out)
+            return outputs
+        bf16 = [o.name for o in self.outputs if str(o.type.element_type) == "bf16"]
+        return in_kind(outputs, True, bf16)
 
     def _run(
         self, arrays: list[np.ndarray], on_op, reference: bool = False
@@ -486,7 +549,7 @@ class Module:
 
 
 def run_dataset(
-    function: Function | Module,
+    function: Any,
     loader: Iterable[Any],
     *,
     progress: bool = True,
@@ -496,25 +559,32 @@ def run_dataset(
 
     An item is what ``feed`` takes (a dict of named inputs), a tuple / list of
     arrays in input order, or one array for a one-input function; a batch (leading
-    dimension N where the function has 1) gives batched outputs. Results are
-    yielded one item at a time, so memory stays bounded by one item's results
-    unless the caller keeps them. A module stands for its only function. With
+    dimension N where the function has 1) gives batched outputs, in the item's
+    kind (torch tensors for tensors). Results are yielded one item at a time,
+    so memory stays bounded by one item's results unless the caller keeps
+    them. ``function`` is a ``Function`` or a compiled model's function
+    (``hbm[0]``); a module or an ``Hbm`` stands for its only function. With
     ``progress`` a tqdm bar counts the items (``total`` defaults to
     ``len(loader)`` when the loader has one)::
 
         for out in hbir.run_dataset(quantized[0], images):
             logits = out["_output_0"]
     """
-    if isinstance(function, Module):
+    if hasattr(function, "functions"):  # a Module, or a compiled model (Hbm)
         functions = function.functions
         if len(functions) != 1:
             names = [f.name for f in functions]
             raise FeedError(
-                f"run_dataset: the module has functions {names}; pass one, e.g. "
-                f"module[{names[0]!r}]"
+                f"run_dataset: the model has functions {names}; pass one, e.g. "
+                f"model[{names[0]!r}]"
             )
         function = functions[0]
-    names = function.inputs.names
+    if not callable(getattr(function, "feed", None)):
+        raise FeedError(
+            f"run_dataset takes an hbir.Module, an hbir.Hbm or one of their "
+            f"functions, got {type(function).__name__}"
+        )
+    names = [a.name for a in function.inputs]
     if total is None and hasattr(loader, "__len__"):
         total = len(loader)
     if progress:

@@ -9,7 +9,10 @@ faster.
 
 Exact sums
     int8 x int8 convs and gemms run on ``torch._int_mm`` (int32 accumulation,
-    VNNI), exact while ``terms * 2**14 < 2**31``. A prepared large int8 / uint8
+    VNNI), exact while ``terms * 2**14 < 2**31``, on a CPU where it is fast
+    (``int_mm_fast``: measured once per process; without VNNI torch's
+    ``_int_mm`` is a scalar loop ~100x slower than a float32 gemm, and the
+    float engines below take those sums too). A prepared large int8 / uint8
     conv runs on oneDNN's int8 conv instead (``_onednn_sums``: float32 sums,
     exact below 2**24, checked). Other widths (int16, uint8, grouped
     convs) use float32 torch kernels where every partial sum provably stays below
@@ -39,6 +42,7 @@ from hbir.runtime import integer_ops, numerics
 from hbir.runtime.requantizer import (
     ChannelBlocks,
     along_float,
+    inverse_order,
     loops,
     magnitude,
     memory_order,
@@ -47,6 +51,40 @@ from hbir.runtime.requantizer import (
 INT_MM_LIMIT = 2**31  # _int_mm accumulates in int32
 FLOAT32_LIMIT = 2**24  # float32 holds every integer below this exactly
 FLOAT64_LIMIT = 2**53
+
+
+@functools.cache
+def int_mm_fast() -> bool:
+    """Whether ``torch._int_mm`` beats a float32 gemm of the same shape here,
+    measured once per process (best of five, ~1M multiply-adds each).
+
+    With VNNI it runs ~5x faster than float32 (the benchmarks' machine:
+    219 GMAC/s); without it, torch falls back to a scalar loop (~0.7 GMAC/s
+    on an AVX2 EPYC, against ~30 GFLOP/s for float32). Both engines are
+    exact within their bounds, so the choice changes no number."""
+    import time
+
+    a = torch.ones((64, 256), dtype=torch.int8)
+    b = torch.ones((256, 64), dtype=torch.int8)
+    fa, fb = a.float(), b.float()
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (two threads on a loaded machine: noise)
+    try:
+        int_mm = best(lambda: torch._int_mm(a, b))
+        return int_mm < best(lambda: torch.mm(fa, fb))
+    except RuntimeError:  # a torch without the CPU kernel
+        return False
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _method(x_dtype, w: np.ndarray, out_axis: int, int_mm_ok: bool) -> str:
@@ -58,7 +96,13 @@ def _method(x_dtype, w: np.ndarray, out_axis: int, int_mm_ok: bool) -> str:
     others = tuple(a for a in range(w.ndim) if a != out_axis % w.ndim)
     w_sum = int(np.max(np.sum(np.abs(w.astype(np.int64)), axis=others), initial=0))
     bound = magnitude(x_dtype) * w_sum
-    if int_mm_ok and x_dtype == np.int8 and w.dtype == np.int8 and bound < INT_MM_LIMIT:
+    if (
+        int_mm_ok
+        and x_dtype == np.int8
+        and w.dtype == np.int8
+        and bound < INT_MM_LIMIT
+        and int_mm_fast()
+    ):
         return "int_mm"
     if bound < FLOAT32_LIMIT:
         return "float32"
@@ -117,8 +161,10 @@ def pack_linear(w: np.ndarray, x_dtype) -> PackedLinear:
     return PackedLinear(method, w, packed)
 
 
-def linear_sums(x: np.ndarray, p: PackedLinear) -> np.ndarray:
-    """Exact ``x @ w.T`` over the last axis (int32 or int64 sums)."""
+def linear_sums(x: np.ndarray, p: PackedLinear, raw: bool = False) -> np.ndarray:
+    """Exact ``x @ w.T`` over the last axis (int32 or int64 sums; with ``raw``,
+    the float engines' sums as they are: integer-valued floats, exact, one pass
+    fewer for a caller that reads floats anyway)."""
     if p.method == "int_mm":
         x2 = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
         if not x2.flags.writeable:  # a constant input: torch takes writable arrays
@@ -127,7 +173,8 @@ def linear_sums(x: np.ndarray, p: PackedLinear) -> np.ndarray:
         return y.reshape(*x.shape[:-1], y.shape[-1])
     if p.method == "int64":
         return integer_ops.numpy_matmul(x, p.weight.T)
-    return _exact(F.linear(_as_float(x, p.method), p.packed))
+    y = F.linear(_as_float(x, p.method), p.packed)
+    return y.numpy() if raw else _exact(y)
 
 
 def matmul_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -135,7 +182,9 @@ def matmul_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     bound = a.shape[-1] * magnitude(a.dtype) * magnitude(b.dtype)
     if bound < FLOAT32_LIMIT:
         method = "float32"
-    elif a.dtype == np.int8 and b.dtype == np.int8 and a.ndim == b.ndim == 2:
+    elif (
+        a.dtype == np.int8 and b.dtype == np.int8 and a.ndim == b.ndim == 2
+    ) and int_mm_fast():
         return int8_matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
     elif bound < FLOAT64_LIMIT:
         method = "float64"
@@ -162,6 +211,9 @@ class PackedConv:
     # a depthwise conv of 8-bit codes (one weight channel per input channel):
     # its weight as [KH, KW, C] for the compiled loop, or None
     depthwise: np.ndarray | None = None
+    # a depthwise 1x1 conv (a per-channel scale: layer norm's affine): its
+    # weight as [1, C, 1, 1] in the sums' integer dtype, or None
+    scale: np.ndarray | None = None
 
 
 def pack_conv2d(
@@ -196,7 +248,11 @@ def pack_conv2d(
         and magnitude(x_dtype) * channel_sum < INT_MM_LIMIT  # int32 sums
     ):
         depthwise = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
-    return PackedConv(method, w, groups, packed, onednn, channel_sum, depthwise)
+    scale = None
+    if w.shape[1:] == (1, 1, 1) and groups == w.shape[0] and x_dtype.kind in "iu":
+        wide = magnitude(x_dtype) * channel_sum >= INT_MM_LIMIT
+        scale = w.reshape(1, -1, 1, 1).astype(np.int64 if wide else np.int32)
+    return PackedConv(method, w, groups, packed, onednn, channel_sum, depthwise, scale)
 
 
 def _max_channel_sum(w: np.ndarray) -> int:
@@ -356,9 +412,13 @@ DEPTHWISE_LOOP_MAX_MACS = 1_000_000
 
 
 def _depthwise_loop(p: PackedConv, macs: int) -> bool:
+    """Whether the compiled loop takes a depthwise conv: below
+    ``DEPTHWISE_LOOP_MAX_MACS``, or at any size where oneDNN's int8 conv is
+    not there to take the large ones (its float32 grouped conv is ~3x slower
+    than the loop)."""
     return (
         p.depthwise is not None
-        and macs < DEPTHWISE_LOOP_MAX_MACS
+        and (macs < DEPTHWISE_LOOP_MAX_MACS or p.onednn is None)
         and loops() is not None
     )
 
@@ -405,11 +465,21 @@ def _im2col(x, kernel, stride, pads, dilation):
     return np.ascontiguousarray(view).reshape(c * kh * kw, n * oh * ow), (n, oh, ow)
 
 
-def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndarray:
+def conv2d_sums(
+    x: np.ndarray, p: PackedConv, stride, pads, dilation, raw: bool = False
+) -> np.ndarray:
     """Exact conv sums (NCHW int32 or int64, or float32 holding integers below
-    2**24), no bias; ``pads`` is (t, l, b, r)."""
+    2**24), no bias; ``pads`` is (t, l, b, r). ``raw``: the float engines'
+    sums as they are (integer-valued floats), not converted to integers."""
     stride, dilation = tuple(stride), tuple(dilation)
     pads = integer_ops.pads4(pads)
+    if p.scale is not None and not any(pads) and x.shape[1] == p.scale.shape[1]:
+        # a per-channel scale: one multiply in x's memory order (channels
+        # last stays channels last), exact in the scale's integer dtype
+        (sh, sw), taken = stride, x
+        if (sh, sw) != (1, 1):
+            taken = x[:, :, ::sh, ::sw]
+        return np.multiply(taken, p.scale, dtype=p.scale.dtype)
     if _depthwise_loop(p, _conv_macs(x.shape, p.weight.shape, stride, pads, dilation)):
         return _depthwise_sums(x, p.depthwise, stride, pads, dilation)
     if p.onednn is not None:
@@ -425,6 +495,16 @@ def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndar
             cols = cols.copy()
         y = torch._int_mm(torch.from_numpy(cols), p.packed.t()).numpy()
         return y.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)  # channels last
+    if p.method in ("float32", "float64") and p.groups == 1:
+        if _pointwise_channels_last(x, p, pads):  # one float gemm of the pixels
+            (sh, sw), n = stride, x.shape[0]
+            pixels = x[:, :, ::sh, ::sw].transpose(0, 2, 3, 1)  # NHWC view
+            oh, ow = pixels.shape[1:3]
+            cols = np.ascontiguousarray(pixels).reshape(-1, x.shape[1])
+            w2 = p.packed.reshape(p.packed.shape[0], -1)
+            y = F.linear(_as_float(cols, p.method), w2)
+            y = y.numpy() if raw else _exact(y)
+            return y.reshape(n, oh, ow, -1).transpose(0, 3, 1, 2)  # channels last
     if p.method == "int_mm":
         kernel = p.weight.shape[2:]
         cols, (n, oh, ow) = _im2col(x, kernel, stride, pads, dilation)
@@ -440,7 +520,7 @@ def conv2d_sums(x: np.ndarray, p: PackedConv, stride, pads, dilation) -> np.ndar
         xt = F.pad(xt, (lf, r, t, b))
         t = lf = 0
     y = F.conv2d(xt, p.packed, None, stride, (t, lf), dilation, p.groups)
-    return _exact(y)
+    return y.numpy() if raw else _exact(y)
 
 
 def conv2d(x, w, bias, stride, padding, dilation, groups, *, bits=32) -> np.ndarray:
@@ -548,7 +628,7 @@ class PairTable:
             index <<= 8
             index |= _code_index(b, self.signed[1])
             y = np.take(self.table, index)
-        y = y.transpose(np.argsort(order))
+        y = y.transpose(inverse_order(order))
         if into is None:
             return y
         into[...] = y
@@ -558,6 +638,35 @@ class PairTable:
 def _code_index(x: np.ndarray, signed: bool) -> np.ndarray:
     """8-bit codes as table rows 0..255 (int8: ``x + 128``, by its sign bit)."""
     return x.view(np.uint8) ^ np.uint8(0x80) if signed else x
+
+
+class CodeTable:
+    """``numerics.apply_lut(table, x)`` of 8- or 16-bit codes as one lookup in
+    the list of every code's result, which ``apply_lut`` itself computes once
+    (so the numbers cannot differ): an int16 LUT op (softmax's exp, GELU,
+    rsqrt) is then one pass per call, not the segment arithmetic in int64.
+    Only for a table whose input range is the codes' whole dtype, where no code
+    can be out of range (``of`` gives None otherwise)."""
+
+    def __init__(self, entries: np.ndarray, signed: bool):
+        self.entries, self.signed = entries, signed
+
+    @classmethod
+    def of(cls, table: numerics.LutTable, x_dtype, out_dtype) -> CodeTable | None:
+        x_dtype = np.dtype(x_dtype)
+        if x_dtype.kind not in "iu" or x_dtype.itemsize > 2:
+            return None
+        if table.in_bits != 8 * x_dtype.itemsize or x_dtype.kind != "i":
+            return None  # (the tables' inputs are signed codes of in_bits)
+        info = np.iinfo(x_dtype)
+        codes = np.arange(info.min, info.max + 1, dtype=np.int64)
+        entries = numerics.apply_lut(table, codes).astype(out_dtype)
+        return cls(entries, signed=True)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        unsigned = np.dtype(f"u{x.dtype.itemsize}")
+        index = x.view(unsigned) ^ unsigned.type(1 << (8 * x.dtype.itemsize - 1))
+        return np.take(self.entries, index)
 
 
 # ------------------------------------------------------------------ quantization

@@ -149,13 +149,21 @@ def _conv_engine(f: Fields):
     )
 
 
+# The requantization paths that compute in float64 from the sums (their
+# compiled loops take integer-valued float sums as they are, exactly).
+_READS_FLOATS = frozenset({"nearest", "float"})
+
+
 def conv(f: Fields, out: Out, x, w, bias=None, *, into=None) -> np.ndarray:
     """(``into``: the result's buffer, which a prepared conv writes directly.)"""
     fused = f.get("_fused")
     if fused is not None:  # prepared: packed weight, one fused requantization
         pads = f["padding"]
         x = np.transpose(x, _NCHW)
-        acc = kernels.conv2d_sums(x, f["_packed"], f["stride"], pads, f["dilation"])
+        raw = fused.path in _READS_FLOATS
+        acc = kernels.conv2d_sums(
+            x, f["_packed"], f["stride"], pads, f["dilation"], raw
+        )
         if into is not None:  # (a Requantizer given into= writes it)
             fused(acc, out[1], np.transpose(into, _NCHW))
             return into
@@ -196,6 +204,10 @@ def conv_transpose(f: Fields, out: Out, x, w, bias=None) -> np.ndarray:
 
 
 def gemm(f: Fields, out: Out, a, b, bias=None) -> np.ndarray:
+    fused = f.get("_fused")
+    if fused is not None:  # prepared: packed weight, one fused requantization
+        raw = fused.path in _READS_FLOATS  # (float sums read as they are)
+        return fused(kernels.linear_sums(a, f["_packed"], raw), out[1])
     inner, after = _split_bias(f, bias)
     bits = f["acc_bits"]
     if f["transpose_b"]:
@@ -209,7 +221,11 @@ def gemm(f: Fields, out: Out, a, b, bias=None) -> np.ndarray:
         acc = integer_ops.linear(a, b, inner, bits=bits, engine=engine)
     else:
         integer_ops.check_f64_exact(a, b, a.shape[-1])
-        acc = integer_ops.matmul(a, b, bits=bits, engine=kernels.matmul_sums)
+        bound = a.shape[-1] * kernels.magnitude(a.dtype) * kernels.magnitude(b.dtype)
+        if bound < 1 << (bits - 1):  # no sum can saturate: the sums as they are
+            acc = kernels.matmul_sums(a, b)
+        else:
+            acc = integer_ops.matmul(a, b, bits=bits, engine=kernels.matmul_sums)
     return post_process(f, acc, out[1], after)
 
 
@@ -246,7 +262,7 @@ def eltwise(f: Fields, out: Out, a, b, *, into=None) -> np.ndarray:
     y = _ELTWISE[f["kind"]](*(np.asarray(v, np.int64) for v in args))
     if not f.get("_fits"):  # (prepared: no value can reach the accumulator's bound)
         y = integer_ops.saturate(y, f["acc_bits"])
-    return post_process(f, y, out[1])
+    return post_process(f, y, out[1], into=into)
 
 
 def rescale(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
@@ -279,6 +295,9 @@ def lut(f: Fields, out: Out, x) -> np.ndarray:
 
 
 def lut_segmented(f: Fields, out: Out, x) -> np.ndarray:
+    codes = f.get("_codes")
+    if codes is not None:  # prepared: every code's result, one lookup
+        return codes(x)
     table = f.get("_table") or lut_table(f)
     return numerics.apply_lut(table, x.astype(np.int64)).astype(out[1])
 
@@ -443,6 +462,7 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
         f["_post"] = _requantizers(f, len(out[0]))
     if name == "lut_segmented":
         f["_table"] = lut_table(f)
+        f["_codes"] = kernels.CodeTable.of(f["_table"], operands[0][1], out[1])
     if name == "lut" and operands[0][1] == np.int8:
         f["_entries"] = np.asarray(f["table"]).astype(out[1])
     if name == "eltwise":
@@ -473,11 +493,22 @@ def prepare(name: str, f: Fields, out: Out, operands: list) -> dict:
             )
             bias = operands[2][2] if len(operands) > 2 else None
             if len(operands) == 2 or bias is not None:
-                fused = _fused_post(f, f["_packed"], x_dtype, bias)
+                channel_sum = f["_packed"].channel_sum
+                fused = _fused_post(f, channel_sum, x_dtype, bias, 4, 1)
                 if fused is not None:
                     f["_fused"] = fused
         elif w is not None and f["transpose_b"]:
             f["_packed"] = kernels.pack_linear(w, x_dtype)
+            bias = operands[2][2] if len(operands) > 2 else None
+            ndim, axis = len(out[0]), f["axis"]
+            per_channel = f["multiplier"] is not None and f["multiplier"].size > 1
+            if (len(operands) == 2 or bias is not None) and (
+                not per_channel or axis % ndim == ndim - 1
+            ):  # (the requantization along the bias's axis: the last)
+                channel_sum = int(np.max(np.abs(w.astype(np.int64)).sum(1), initial=0))
+                fused = _fused_post(f, channel_sum, x_dtype, bias, ndim, ndim - 1)
+                if fused is not None:
+                    f["_fused"] = fused
     if name == "eltwise" and _pairwise(f, operands):
         plain = dict(f)
         f["_pair"] = kernels.PairTable(
@@ -557,13 +588,17 @@ def operands_read(name: str, f: Fields, count: int) -> tuple[bool, ...]:
     return (True,) * count
 
 
-def _fused_post(f: Fields, packed, x_dtype, bias) -> requantizer.Requantizer | None:
-    """A conv's exact sums (bounded by its weight codes) and post-process as one
-    requantization (``requantizer.fused_epilogue``), or None where a step of the
-    post-process may saturate or there is no requantization."""
+def _fused_post(
+    f: Fields, channel_sum: int, x_dtype, bias, ndim: int, axis: int
+) -> requantizer.Requantizer | None:
+    """A conv's or linear gemm's exact sums (bounded by its weight codes: the
+    largest ``sum|w|`` of an output channel) and post-process as one
+    requantization along the output channels' ``axis``
+    (``requantizer.fused_epilogue``), or None where a step of the post-process
+    may saturate or there is no requantization."""
     if f["multiplier"] is None:
         return None
-    bound = kernels.magnitude(x_dtype) * packed.channel_sum
+    bound = kernels.magnitude(x_dtype) * channel_sum
     inner, after = _split_bias(f, bias)
     widest = bound + (0 if inner is None else int(np.max(np.abs(inner))))
     if widest >= 1 << (f["acc_bits"] - 1):
@@ -573,7 +608,7 @@ def _fused_post(f: Fields, packed, x_dtype, bias) -> requantizer.Requantizer | N
     return requantizer.fused_epilogue(
         f["multiplier"], f["shift"], lo, hi, factor=factor,
         bias=inner if after is None else after, acc_bound=bound,
-        ndim=4, axis=1, mode=f["rounding"],
+        ndim=ndim, axis=axis, mode=f["rounding"],
     )  # fmt: skip
 
 

@@ -513,6 +513,7 @@ def fixed_point_gemm(
     w_out_axis: int = 0,
     w_codes: bool = False,
     mode: str = HALF_EVEN,
+    output: Callable | None = None,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized conv / linear / matmul,
     as the float32 values ``q * s_out`` of its output codes.
@@ -527,6 +528,10 @@ def fixed_point_gemm(
     output channels. ``gemm`` gets float32 codes when every partial sum stays
     below ``2**24`` (exact in float32), float64 codes otherwise. With
     ``w_codes`` the caller passes the weight's codes instead of its values.
+    ``output(acc, req, acc_bound, qmin, qmax, axis, mode)``, when given, is a
+    prepared form of ``gemm_output`` (the runtime's compiled requantization,
+    ``requantizer.prepared_gemm_output``) giving the output codes as float32,
+    or None where it has none; ``acc_bound`` bounds ``|acc|`` for any input.
     """
     if terms * (1 << (grids.x_bits - 1)) * (1 << (grids.w_bits - 1)) > 2**53:
         raise ValueError(f"a {terms}-term accumulation may exceed 2**53")
@@ -563,7 +568,13 @@ def fixed_point_gemm(
         channels=channels,
         mode=mode,
     )
-    codes = gemm_output(acc, req, *qrange(grids.out_bits), axis, mode)
+    qmin, qmax = qrange(grids.out_bits)
+    if output is not None:
+        acc_bound = int((1 << (grids.x_bits - 1 - x_shift)) * np.max(w_sums, initial=0))
+        codes = output(acc, req, acc_bound, qmin, qmax, axis % acc.ndim, mode)
+        if codes is not None:  # float32 codes: exact, as dequantize's
+            return np.multiply(codes, np.float32(grids.out_scale), dtype=np.float32)
+    codes = gemm_output(acc, req, qmin, qmax, axis, mode)
     return dequantize(codes, grids.out_scale, 0)
 
 

@@ -413,6 +413,16 @@ def _max_pool2d(op: hbir.MaxPool2dOp, known, rounding) -> Run | None:
     return lambda x: (kernels.max_pool2d(x, *window),)
 
 
+def _lut(op: hbir.LutOp, known, rounding) -> Run | None:
+    """An int16 table op as the list of every code's result, built once (the
+    interpreter's kernel rebuilds and re-validates the table on every call)."""
+    if op.table is not None:
+        return None
+    table = op.lut_table()
+    codes = kernels.CodeTable.of(table, _operand_dtype(op.input), _result_dtype(op))
+    return None if codes is None else (lambda x: (codes(x),))
+
+
 def _const_fake_quant(op: qnt.ConstFakeQuantOp, known, rounding) -> Run | None:
     if _operand_dtype(op.input) != np.float32 or _result_dtype(op) != np.float32:
         return None
@@ -545,6 +555,7 @@ _PREPARE: dict[type[Operation], Callable[..., Run | None]] = {
     hbir.MatmulOp: _matmul,
     hbir.AddOp: _integer_add,
     hbir.MaxPool2dOp: _max_pool2d,
+    hbir.LutOp: _lut,
     qnt.RequantizeOp: _requantize,
     qnt.ConstFakeQuantOp: _const_fake_quant,
     qnt.QuantizeOp: lambda op, known, rounding: interpreter.quantizer(op),

@@ -28,6 +28,7 @@ that none of the folded steps saturates (``fused_epilogue``).
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import os
@@ -329,7 +330,7 @@ class Requantizer:
         if acc.dtype.kind == "i":  # code - min: flip the sign bit
             unsigned = np.dtype(f"u{acc.itemsize}")
             flat = flat.view(unsigned) ^ unsigned.type(1 << (8 * acc.itemsize - 1))
-        return np.take(table, flat).transpose(np.argsort(perm))
+        return np.take(table, flat).transpose(inverse_order(perm))
 
     def _compute(self, acc: np.ndarray, out_dtype) -> np.ndarray:
         path = self.path
@@ -533,6 +534,38 @@ def fused_gemm_output(
     )  # fmt: skip
 
 
+_PREPARED_OUTPUTS: collections.OrderedDict = collections.OrderedDict()
+PREPARED_OUTPUTS_KEPT = 1024  # (QAT moves the scales: old entries age out)
+
+
+def prepared_gemm_output(acc, req, acc_bound, qmin, qmax, axis, mode):
+    """``numerics.gemm_output(acc, req, qmin, qmax, axis, mode)`` as float32
+    codes by the compiled requantization (``fused_gemm_output``), built once per
+    requantization and kept (the last ``PREPARED_OUTPUTS_KEPT``), or None where
+    that form may differ. The fixed-point forward of the QAT modules
+    (VALIDATION) passes it to ``numerics.fixed_point_gemm``: the reference's
+    numbers, without its int64 passes on every call."""
+    bias = None if req.bias is None else np.asarray(req.bias, np.int64)
+    key = (
+        np.asarray(req.multiplier, np.int64).tobytes(),
+        np.asarray(req.shift, np.int64).tobytes(),
+        None if bias is None else bias.tobytes(),
+        req.fine, req.fused_bias, req.x_shift, req.w_shift,
+        acc_bound, qmin, qmax, acc.ndim, axis, mode,
+    )  # fmt: skip
+    output = _PREPARED_OUTPUTS.get(key, False)
+    if output is False:
+        output = fused_gemm_output(
+            req, acc_bound, qmin, qmax, ndim=acc.ndim, axis=axis, mode=mode
+        )
+        _PREPARED_OUTPUTS[key] = output
+        while len(_PREPARED_OUTPUTS) > PREPARED_OUTPUTS_KEPT:
+            _PREPARED_OUTPUTS.popitem(last=False)
+    else:
+        _PREPARED_OUTPUTS.move_to_end(key)
+    return None if output is None else output(acc, np.float32)
+
+
 def fused_epilogue(
     multiplier,
     shift,
@@ -599,7 +632,7 @@ class ChannelBlocks:
         return y.transpose(self.perm).reshape(-1)
 
     def restore(self, y: np.ndarray) -> np.ndarray:
-        return y.reshape(self.flat_shape).transpose(np.argsort(self.perm))
+        return y.reshape(self.flat_shape).transpose(inverse_order(self.perm))
 
 
 def memory_order(x: np.ndarray) -> tuple[int, ...]:
@@ -607,6 +640,13 @@ def memory_order(x: np.ndarray) -> tuple[int, ...]:
     ``x.transpose(order)`` is C-contiguous for any contiguous layout (NCHW,
     channels-last), so elementwise work on it runs in memory order."""
     return _order(x.strides)
+
+
+@functools.lru_cache(maxsize=1024)
+def inverse_order(order: tuple[int, ...]) -> tuple[int, ...]:
+    """The axes that undo ``x.transpose(order)`` (``np.argsort(order)``, once
+    per order: numpy's argsort of a tuple costs microseconds on every call)."""
+    return tuple(int(a) for a in np.argsort(order))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -64,8 +64,12 @@ class HbmFunction:
             f"outputs={[d.name for d in self.outputs]}>"
         )
 
-    def _check_inputs(self, feed: Mapping[str, Any]) -> list[np.ndarray]:
-        from hbir.module import FeedError
+    def _check_inputs(
+        self, feed: Mapping[str, Any]
+    ) -> tuple[list[np.ndarray], int | None]:
+        """The inputs as arrays, and the batch size when every input is a batch
+        of its batch-1 shape (else None)."""
+        from hbir.module import FeedError, batch_size
 
         names = [d.name for d in self.inputs]
         if not isinstance(feed, Mapping):
@@ -81,10 +85,13 @@ class HbmFunction:
             parts = [f"missing inputs {missing}"] if missing else []
             parts += [f"unexpected inputs {extra}"] if extra else []
             raise FeedError(f"@{self.name}: {'; '.join(parts)}; expected {names}")
-        return [self._array(feed[d.name], d) for d in self.inputs]
+        arrays = [self._array(feed[d.name], d) for d in self.inputs]
+        pairs = [(d.name, d.shape) for d in self.inputs]
+        outputs = [(d.name, d.shape) for d in self.outputs]
+        return arrays, batch_size(f"@{self.name}", pairs, arrays, outputs)
 
     def _array(self, value: Any, desc: TensorDesc) -> np.ndarray:
-        from hbir.module import FeedError
+        from hbir.module import FeedError, _is_batch_of, shape_error
 
         where = f"@{self.name}: input '{desc.name}'"
         if type(value).__module__.startswith("torch"):
@@ -96,10 +103,8 @@ class HbmFunction:
             x = np.asarray(value)
         except (TypeError, ValueError) as e:
             raise FeedError(f"{where}: not an array: {e}") from None
-        if tuple(x.shape) != desc.shape:
-            raise FeedError(
-                f"{where} has shape {tuple(x.shape)}, expected {desc.shape}"
-            )
+        if tuple(x.shape) != desc.shape and not _is_batch_of(x.shape, desc.shape):
+            raise shape_error(f"@{self.name}", desc.name, x.shape, desc.shape)
         if x.dtype != np.dtype(desc.dtype):
             raise FeedError(f"{where} has dtype {x.dtype}, expected {desc.dtype}")
         return x
@@ -108,13 +113,23 @@ class HbmFunction:
         """Run on named inputs (numpy arrays or torch tensors): output name ->
         array, in output order. ``on_instruction(index, instruction, debug_entry,
         results)`` is called after each instruction (``results``: copies of its
-        result buffers)."""
-        from hbir.module import Outputs
+        result buffers).
 
-        arrays = self._check_inputs(inputs)
+        A function compiled with batch 1 also takes a batch (every input with a
+        leading dimension of N instead of 1): the program runs once per sample
+        and each output stacks the N results. Outputs come back in the inputs'
+        kind: torch tensors when an input is a tensor, numpy arrays otherwise."""
+        from hbir.module import Outputs, in_kind, sample_by_sample, wants_torch
+
+        arrays, batch = self._check_inputs(inputs)
         with self._sim.lock:  # (one run at a time: the simulator's memories)
-            results = self._sim.run(arrays, on_instruction)
-        return Outputs(zip((d.name for d in self.outputs), results, strict=True))
+            if batch is None:
+                results = self._sim.run(arrays, on_instruction)
+            else:
+                run = lambda xs: self._sim.run(xs, on_instruction)  # noqa: E731
+                results = sample_by_sample(run, arrays, batch)
+        outputs = Outputs(zip((d.name for d in self.outputs), results, strict=True))
+        return in_kind(outputs, wants_torch(inputs))
 
     def __call__(self, *arrays: Any):
         """Positional call: ``f(x)`` -> one array, or a tuple for several outputs."""

@@ -46,7 +46,7 @@ from hbir.quantization.observers import FixedScaleObserver
 from hbir.quantization.options import current_options, using
 from hbir.quantization.qconfig import QConfig
 from hbir.quantization.rounding import get_round_mode
-from hbir.runtime import numerics
+from hbir.runtime import numerics, requantizer
 
 
 class QATModule(nn.Module):
@@ -259,6 +259,7 @@ def _fixed_point(
         w_out_axis=w_out,
         w_codes=w_codes is not None,
         mode=get_round_mode(),
+        output=requantizer.prepared_gemm_output,  # the runtime's compiled form
     )
     if w is not None and _grad_needed(x, w, bias):
         return _with_gradient(gemm(x, w, bias), y)

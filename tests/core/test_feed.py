@@ -179,3 +179,51 @@ def test_run_dataset_names_a_wrong_item():
         next(hbir.run_dataset(f, [one], progress=False))
     with pytest.raises(FeedError, match="item 0: has 1 arrays, the function takes 2"):
         next(hbir.run_dataset(f, [(one,)], progress=False))
+
+
+# ---- the outputs' kind (issue 30 item 3): tensors in, tensors out
+
+
+def test_outputs_take_the_inputs_kind():
+    f = hbir.Module.parse(BATCH1)["f"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.full((2, 3), -2, np.float32)
+    as_numpy = f.feed({"_input_0": x, "_input_1": y})["_output_0"]
+    assert type(as_numpy) is np.ndarray
+    for a, b in ((torch.from_numpy(x), y), (x, torch.from_numpy(y))):
+        out = f.feed({"_input_0": a, "_input_1": b})["_output_0"]
+        assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+        torch.testing.assert_close(out, torch.from_numpy(x * y), rtol=0, atol=0)
+    assert isinstance(f(torch.from_numpy(x[:1]), torch.from_numpy(y[:1])), torch.Tensor)
+    assert type(f(x[:1], y[:1])) is np.ndarray
+
+
+def test_a_bf16_output_comes_back_as_a_bf16_tensor():
+    m = hbir.Module.parse(
+        "func.func @f(%x: tensor<2xbf16>) -> tensor<2xbf16> {\n"
+        "  %y = hbir.neg %x : tensor<2xbf16>\n  func.return %y : tensor<2xbf16>\n}"
+    )
+    x = torch.tensor([1.5, -3.0], dtype=torch.bfloat16)
+    y = m["f"].feed({"_input_0": x})["_output_0"]
+    assert y.dtype == torch.bfloat16 and torch.equal(y, -x)
+
+
+def test_a_constant_output_is_a_writable_tensor_of_its_own():
+    m = hbir.Module.parse(
+        "func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %c = hbir.constant dense<[1.0, 2.0]> : tensor<2xf32>\n"
+        "  func.return %c : tensor<2xf32>\n}"
+    )
+    y = m["f"].feed({"_input_0": torch.zeros(2)})["_output_0"]
+    y[0] = 5.0  # no warning, no error: not the constant's bytes
+    again = m["f"].feed({"_input_0": torch.zeros(2)})["_output_0"]
+    assert again.tolist() == [1.0, 2.0]
+
+
+def test_run_dataset_gives_each_item_its_kind():
+    m = hbir.Module.parse(BATCH1)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    items = [(x, x), (torch.from_numpy(x), torch.from_numpy(x))]
+    outs = [o["_output_0"] for o in hbir.run_dataset(m, items, progress=False)]
+    assert type(outs[0]) is np.ndarray and isinstance(outs[1], torch.Tensor)
+    np.testing.assert_array_equal(outs[1].numpy(), x**2)

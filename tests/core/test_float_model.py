@@ -77,9 +77,10 @@ def test_feed_equals_torch_bit_for_bit(model, seed):
     x = torch.from_numpy(
         np.random.default_rng(seed).standard_normal((1, 3, 16, 16)).astype(np.float32)
     )
-    got = model["forward"].feed({"_input_0": x})["_output_0"]
+    got = model["forward"].feed({"_input_0": x})["_output_0"]  # a tensor in: out
     want = torch_reference(x).numpy()
-    assert got.dtype == np.float32
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    got = got.numpy()
     assert np.array_equal(got.view(np.int32), want.view(np.int32))
 
 

@@ -45,6 +45,12 @@ CONVS = [
     ((2, 16, 9, 11), (16, 1, 3, 3), (2, 1), (1, 0, 2, 1), (2, 1), 16, np.int8, np.int8),
     ((1, 8, 7, 7), (8, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 8, np.uint8, np.int8),
     ((1, 8, 7, 7), (16, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8, np.int8, np.int8),
+    # a strided 1x1 conv of int16 codes (the float engines' gemm of the pixels)
+    ((1, 6, 5, 5), (4, 6, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1, np.int16, np.int8),
+    # depthwise 1x1 (a per-channel scale: layer norm's affine), strided too
+    ((1, 12, 5, 5), (12, 1, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 12, np.int16, np.int8),
+    ((2, 6, 7, 5), (6, 1, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 6, np.int8, np.int16),
+    ((1, 4, 3, 3), (4, 1, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 4, np.int32, np.int32),
 ]
 
 
@@ -75,7 +81,7 @@ def test_prepared_conv2d_equals_the_int64_reference(case, kind, layout, monkeypa
     got = kernels.conv2d_sums(x, packed, stride, pads, dilation)
     ref = integer_ops.numpy_conv2d(x, w, stride, pads, dilation, groups)
     np.testing.assert_array_equal(got, ref)
-    onednn = xd in (np.int8, np.uint8) and wd == np.int8
+    onednn = xd in (np.int8, np.uint8) and wd == np.int8 and kernels._onednn_exact()
     if packed.depthwise is not None and kernels.loops() is not None:
         onednn = False  # small depthwise convs: the compiled loop
     if onednn and kind != "max":  # (all-extreme sums may pass 2**24: fallback)
@@ -119,15 +125,49 @@ def test_depthwise_convs_of_8_bit_codes_take_the_compiled_loop():
 
 
 def test_conv2d_methods_follow_the_bounds():
-    """int8 -> _int_mm; grouped int8 -> float32; int16 x int16 at K=36 -> float64;
-    a sum that could pass 2**53 -> the int64 reference engine."""
+    """int8 -> _int_mm where it is fast, else float32; grouped int8 -> float32;
+    int16 x int16 at K=36 -> float64; a sum that could pass 2**53 -> the int64
+    reference engine."""
     w8 = codes((4, 4, 3, 3), np.int8, "max")
-    assert kernels.pack_conv2d(w8, np.int8, 1).method == "int_mm"
+    fast = "int_mm" if kernels.int_mm_fast() else "float32"
+    assert kernels.pack_conv2d(w8, np.int8, 1).method == fast
     assert kernels.pack_conv2d(w8, np.int8, 2).method == "float32"
     w16 = codes((4, 4, 3, 3), np.int16, "max")
     assert kernels.pack_conv2d(w16, np.int16, 1).method == "float64"
     w32 = np.full((1, 4, 3, 3), -(2**31), np.int32)
     assert kernels.pack_conv2d(w32, np.int32, 1).method == "int64"
+
+
+def test_int_mm_is_chosen_by_its_measured_speed(monkeypatch):
+    """Without VNNI torch's _int_mm is a scalar loop: the int8 sums then take
+    the float32 engine (exact by the same bound), and the numbers stay."""
+    w8 = codes((8, 16), np.int8)
+    x = codes((5, 16), np.int8)
+    ref = integer_ops.numpy_matmul(x, w8.T)
+    for fast, method in ((True, "int_mm"), (False, "float32")):
+        monkeypatch.setattr(kernels, "int_mm_fast", lambda fast=fast: fast)
+        packed = kernels.pack_linear(w8, np.int8)
+        assert packed.method == method
+        np.testing.assert_array_equal(kernels.linear_sums(x, packed), ref)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_code_table_equals_apply_lut_on_every_code(dtype):
+    """A LUT of 8- or 16-bit codes as the list of every code's result: one
+    lookup, equal to the segment arithmetic on every code and layout."""
+    bits = np.dtype(dtype).itemsize * 8
+    table = numerics.build_lut("exp", 2.0**-8 * 256 / 2**bits, bits, 2.0**-12, 16)
+    codes_ = np.arange(-(2 ** (bits - 1)), 2 ** (bits - 1), dtype=np.int64)
+    ref = numerics.apply_lut(table, codes_).astype(np.int16)
+    lookup = kernels.CodeTable.of(table, dtype, np.int16)
+    got = lookup(codes_.astype(dtype))
+    assert got.dtype == np.int16
+    np.testing.assert_array_equal(got, ref)
+    x = codes((2, 3, 5), dtype).transpose(2, 0, 1)  # a strided view
+    np.testing.assert_array_equal(
+        lookup(x), numerics.apply_lut(table, x.astype(np.int64)).astype(np.int16)
+    )
+    assert kernels.CodeTable.of(table, np.int32, np.int16) is None
 
 
 def test_one_signed_sums_past_float32_are_exact():
@@ -431,3 +471,38 @@ def test_pair_table_equals_its_function_on_broadcasts_and_layouts(dtypes):
         got, ref = table(x, y), fn(x, y)
         assert got.shape == ref.shape
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+@pytest.mark.parametrize("bits", [(8, 8, 8), (16, 8, 16), (8, 16, 8)])
+def test_fixed_point_gemm_with_the_prepared_output_equals_the_reference(bits, mode):
+    """The QAT fixed-point forward's compiled requantization
+    (``requantizer.prepared_gemm_output``) gives ``gemm_output``'s numbers:
+    per-channel weights, a bias, extreme and random codes, and again from its
+    cache."""
+    x_bits, w_bits, out_bits = bits
+    channels, k = 6, 40
+    grids = numerics.Grids(
+        (0.02,), (x_bits,), 0.05, out_bits,
+        tuple(RNG.uniform(1e-3, 1e-2, channels)), w_bits,
+    )  # fmt: skip
+    w_scales = np.asarray(grids.w_scales, np.float32).reshape(-1, 1)
+    w = codes((channels, k), np.int8 if w_bits == 8 else np.int16) * w_scales
+    bias = RNG.uniform(-2, 2, channels)
+
+    def gemm(a, b):
+        return a.astype(np.float64) @ b.astype(np.float64).T
+
+    for kind in ("random", "max", "positive"):
+        xq = codes((3, k), np.int8 if x_bits == 8 else np.int16, kind)
+        x = xq * np.float32(grids.x_scale)
+        args = dict(bias=bias, terms=k, axis=-1, w_axis=0, mode=mode)
+        want = numerics.fixed_point_gemm(grids, x, w, gemm, **args)
+        for _ in range(2):  # built, then from the cache
+            got = numerics.fixed_point_gemm(
+                grids, x, w, gemm, output=requantizer.prepared_gemm_output, **args
+            )
+            assert got.dtype == want.dtype == np.float32
+            np.testing.assert_array_equal(got, want)
+    # (the compiled form ran: a prepared requantizer, not the fallback)
+    assert any(r is not None for r in requantizer._PREPARED_OUTPUTS.values())
