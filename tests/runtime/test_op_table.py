@@ -641,7 +641,7 @@ def test_every_op_prepare_accepts_reaches_a_bit_identical_model_hbm(spelling, tm
     for x in inputs:
         with torch.no_grad():
             want = exported_pt(x).numpy()
-        got = qat_bc["forward"](x)
+        got = qat_bc["forward"](x.numpy())  # numpy in, numpy out
         assert got.tobytes() == want.tobytes(), "qat.bc differs from qat.export.pt"
     quantized = hbir.convert(qat_bc, "nash-e")
     left_float = {
