@@ -87,6 +87,22 @@ def find_input(func: FuncOp, name: str, what: str) -> int:
     return names.index(name)
 
 
+def input_to_edit(
+    module: ModuleOp, function: str, name: str, what: str
+) -> tuple[FuncOp, int, str]:
+    """(the function, the input's index, ``where`` for messages) of an input an
+    edit inserts nodes before; a converted model is refused (edit qat.bc)."""
+    func = find_function(module, function, what)
+    where = f"{what}: function @{func.sym_name.data}, input '{name}'"
+    index = find_input(func, name, what)
+    if converted(module):
+        raise InputEditError(
+            f"{where}: the model is already converted; insert input nodes into "
+            f"qat.bc, then convert"
+        )
+    return func, index, where
+
+
 def replace_input(
     func: FuncOp, index: int, types: Sequence[Attribute], names: Sequence[str]
 ) -> list[BlockArgument]:

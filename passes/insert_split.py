@@ -34,14 +34,7 @@ from hbir.passes import function_io as io
 def insert_split(module: ModuleOp, function: str, name: str, dim: int) -> list[str]:
     """Split input ``name`` along ``dim``; the new inputs' names."""
     what = "insert_split"
-    func = io.find_function(module, function, what)
-    where = f"{what}: function @{func.sym_name.data}, input '{name}'"
-    index = io.find_input(func, name, what)
-    if io.converted(module):
-        raise io.InputEditError(
-            f"{where}: the model is already converted; insert input nodes into "
-            f"qat.bc, then convert"
-        )
+    func, index, where = io.input_to_edit(module, function, name, what)
     arg = func.args[index]
     shape = list(arg.type.get_shape())
     if not -len(shape) <= dim < len(shape):

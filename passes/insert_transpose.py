@@ -37,14 +37,7 @@ def insert_transpose(
     module: ModuleOp, function: str, name: str, permutes: list[int]
 ) -> None:
     what = "insert_transpose"
-    func = io.find_function(module, function, what)
-    where = f"{what}: function @{func.sym_name.data}, input '{name}'"
-    index = io.find_input(func, name, what)
-    if io.converted(module):
-        raise io.InputEditError(
-            f"{where}: the model is already converted; insert input nodes into "
-            f"qat.bc, then convert"
-        )
+    func, index, where = io.input_to_edit(module, function, name, what)
     arg = func.args[index]
     shape = list(arg.type.get_shape())
     if sorted(permutes) != list(range(len(shape))):
