@@ -94,5 +94,7 @@ def test_the_qat_model_is_torchs_bicubic_up_to_the_weight_grid(tmp_path):
         nearest = F.interpolate(F.relu(model.conv(x)), scale_factor=2.0, mode="nearest")
         far = (model.head(nearest) - want).abs().max()
     err = (got - want).abs().max()
-    assert err <= 0.05 * want.abs().max(), (err, want.abs().max())
-    assert err < far / 4  # closer to torch's bicubic than another mode is
+    # measured: 1.05 % of the largest output, 1/34 of nearest's difference; the
+    # bounds leave room only for another seed's data
+    assert err <= 0.015 * want.abs().max(), (err, want.abs().max())
+    assert err < far / 20  # far closer to torch's bicubic than another mode is
