@@ -24,6 +24,7 @@ class MarchLimits:
     max_gemm_dim: int
     max_stride: int
     max_dilation: int
+    float_bits: tuple[int, ...] = ()  # IEEE float widths the NPU computes in (fp16)
 
 
 class March(StrEnum):
@@ -34,13 +35,38 @@ class March(StrEnum):
 
     nash_e = "nash-e"
     nash_m = "nash-m"
+    nash_p = "nash-p"
+    nash_h = "nash-h"
+    nash_b = "nash-b"
+    nash_b_lite = "nash-b-lite"
+    nash_b_plus = "nash-b-plus"
     NASH_E = "nash-e"
     NASH_M = "nash-m"
+    NASH_P = "nash-p"
+    NASH_H = "nash-h"
+    NASH_B = "nash-b"
+    NASH_B_LITE = "nash-b-lite"
+    NASH_B_PLUS = "nash-b-plus"
 
 
 MARCHES: dict[str, MarchLimits] = {
     March.nash_e.value: MarchLimits("nash-e", (8, 16), False, 31, 8192, 8192, 256, 18),
     March.nash_m.value: MarchLimits("nash-m", (8, 16), False, 31, 8192, 8192, 256, 18),
+    # J6P / J6H: int8 + int16 + fp16 mixed precision, gemms with both operands
+    # int16 (Horizon's J6H/P deployment guide).
+    March.nash_p.value: MarchLimits(
+        "nash-p", (8, 16), True, 31, 8192, 8192, 256, 18, float_bits=(16,)
+    ),
+    March.nash_h.value: MarchLimits(
+        "nash-h", (8, 16), True, 31, 8192, 8192, 256, 18, float_bits=(16,)
+    ),
+    March.nash_b.value: MarchLimits("nash-b", (8, 16), False, 31, 8192, 8192, 256, 18),
+    March.nash_b_lite.value: MarchLimits(
+        "nash-b-lite", (8, 16), False, 31, 8192, 8192, 256, 18
+    ),
+    March.nash_b_plus.value: MarchLimits(
+        "nash-b-plus", (8, 16), False, 31, 8192, 8192, 256, 18
+    ),
 }
 
 
@@ -131,6 +157,24 @@ NPUS: dict[str, NpuModel] = {
     # interface (assumed).
     March.nash_m.value: NpuModel(
         "nash-m", 128.0, 1000, 1 << 20, 68.0, 256, 16, 32, 0.25
+    ),
+    # nash-p (J6P): 560 TOPS over 4 cores; nash-h (J6H): 420 TOPS over 3 cores;
+    # nash-b (J6B): 18 TOPS, one core (the J6 deployment guides). The rest as
+    # nash-e (assumed).
+    March.nash_p.value: NpuModel(
+        "nash-p", 560.0, 1000, 1 << 20, 102.4, 256, 16, 32, 0.25, cores=4
+    ),
+    March.nash_h.value: NpuModel(
+        "nash-h", 420.0, 1000, 1 << 20, 102.4, 256, 16, 32, 0.25, cores=3
+    ),
+    March.nash_b.value: NpuModel(
+        "nash-b", 18.0, 1000, 1 << 20, 25.6, 256, 16, 32, 0.25
+    ),
+    March.nash_b_lite.value: NpuModel(
+        "nash-b-lite", 18.0, 1000, 1 << 20, 25.6, 256, 16, 32, 0.25
+    ),
+    March.nash_b_plus.value: NpuModel(
+        "nash-b-plus", 18.0, 1000, 1 << 20, 25.6, 256, 16, 32, 0.25
     ),
 }
 

@@ -37,7 +37,15 @@ def test_march_enum_goes_where_a_march_string_does(qat_bc):
         assert quantized.march == "nash-e"
         assert quantized.module.get_asm() == by_name.module.get_asm()
     assert hbir.convert(qat_bc, hbir.March.nash_m).march == "nash-m"
-    assert [m.value for m in hbir.March] == ["nash-e", "nash-m"]
+    assert [m.value for m in hbir.March] == [
+        "nash-e",
+        "nash-m",
+        "nash-p",
+        "nash-h",
+        "nash-b",
+        "nash-b-lite",
+        "nash-b-plus",
+    ]
 
 
 def test_unknown_march_names_the_known_ones(qat_bc):
