@@ -73,7 +73,12 @@ from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.options import QuantOptions, using
 from hbir.quantization.pre_export import PreExportError, check_frozen
 from hbir.quantization.rounding import is_legacy_round
-from hbir.quantization.tracing import HbirTracer, source_location, user_frame
+from hbir.quantization.tracing import (
+    HbirTracer,
+    restore_sources,
+    source_location,
+    user_frame,
+)
 
 _TORCH_TO_IR = {torch.float32: f32, torch.float64: f64}
 
@@ -583,6 +588,7 @@ def export(
     inputs = _flatten_inputs(example_inputs)
     if isinstance(model, fx.GraphModule):
         gm = model
+        restore_sources(gm)  # lost if it was saved whole and loaded back
     else:
         gm = fx.GraphModule(model, HbirTracer().trace(model))
     try:

@@ -58,6 +58,7 @@ from hbir.quantization.tracing import (
     PrepareError,
     describe_target,
     describe_value,
+    keep_sources,
     record_values,
     trace,
     user_frame,
@@ -132,6 +133,7 @@ def prepare(
     except OSError as e:
         raise HbirOutputError(out_dir, "prepare's check files (out_dir=)", e) from None
     _refuse_unmatched_names(qat_model, report)
+    keep_sources(qat_model)  # for a whole-saved qat.pt exported elsewhere
     return qat_model
 
 

@@ -519,6 +519,47 @@ def source_location(node: fx.Node) -> tuple[str, int, int] | None:
     return source_path(file), line, column
 
 
+# GraphModule attribute: each node's source, kept where pickling keeps it. A
+# whole-saved qat.pt (``torch.save(qat)``) is rebuilt from its generated code when
+# loaded, and the rebuilt nodes have lost their ``meta``; ``restore_sources`` puts
+# it back, so that export still names the user's lines in another process.
+KEPT_SOURCES = "_hbir_node_sources"
+_SOURCE_KEYS = ("stack_trace", SOURCE_POSITION)
+
+
+def _node_key(node: fx.Node) -> tuple[str, str]:
+    return node.op, str(node.target)
+
+
+def keep_sources(gm: fx.GraphModule) -> None:
+    """Store every node's source (stack trace and position) on ``gm`` itself, in
+    graph order with the node's name and (op, target)."""
+    kept = []
+    for node in gm.graph.nodes:
+        meta = {k: node.meta[k] for k in _SOURCE_KEYS if node.meta.get(k)}
+        kept.append((node.name, _node_key(node), meta))
+    setattr(gm, KEPT_SOURCES, kept)
+
+
+def restore_sources(gm: fx.GraphModule) -> None:
+    """Put the sources ``keep_sources`` stored back on nodes that lost them: by
+    position where the graph still has the same (op, target) sequence, else by
+    node name. Nodes that match neither stay without a source."""
+    kept = getattr(gm, KEPT_SOURCES, None)
+    nodes = list(gm.graph.nodes)
+    if not kept or any(n.meta.get(k) for n in nodes for k in _SOURCE_KEYS):
+        return
+    if [key for _, key, _ in kept] == [_node_key(n) for n in nodes]:
+        pairs = zip(nodes, (meta for _, _, meta in kept), strict=True)
+    else:
+        by_name = {name: meta for name, _, meta in kept}
+        pairs = ((n, by_name.get(n.name, {})) for n in nodes)
+    for node, meta in pairs:
+        node.meta.update(meta)
+        if "stack_trace" in meta:
+            node.stack_trace = meta["stack_trace"]
+
+
 def user_frame_of_traceback(tb) -> str | None:
     for frame in reversed(traceback.extract_tb(tb)):
         if _is_user_file(frame.filename):

@@ -80,6 +80,24 @@ def test_debug_info_names_module_path_op_and_source_line(tmp_path):
     assert "loc(" not in export(qat, example).module.get_asm()
 
 
+@pytest.mark.parametrize("name", ["resnet", "transformer"])
+def test_a_whole_saved_qat_pt_keeps_its_source_lines(name, tmp_path):
+    # torch.load rebuilds a pickled GraphModule from its generated code, and the
+    # rebuilt nodes have no stack traces: export must still name the user's lines.
+    import io
+
+    qat, example = calibrated(name, tmp_path)
+    buffer = io.BytesIO()
+    torch.save(qat, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert not any(n.meta.get("stack_trace") for n in loaded.graph.nodes)
+    want = export(qat, example).module.get_asm(enable_debug_info=True)
+    got = export(loaded, example).module.get_asm(enable_debug_info=True)
+    assert got == want
+    assert re.search(r'\("tests/zoo\.py":\d+:\d+\)', got)
+
+
 class TwoUnsupported(nn.Module):
     def __init__(self):
         super().__init__()
