@@ -475,11 +475,33 @@ def _project_root(folder: str) -> str | None:
         folder = parent
 
 
+_LIBRARY_FOLDERS = ("site-packages", "dist-packages")
+
+
+def _library_root(path: str) -> str | None:
+    """The ``site-packages`` (or ``dist-packages``) folder on ``sys.path`` that
+    holds ``path``, when it is a file of an installed library."""
+    for entry in sys.path:
+        entry = os.path.abspath(entry or os.curdir)
+        if os.path.basename(entry) in _LIBRARY_FOLDERS and path.startswith(
+            entry + os.sep
+        ):
+            return entry
+    return None
+
+
 def source_path(path: str) -> str:
     """``path`` as a model file stores it: relative to the source root, so that a
-    model carries no absolute path of the machine it was exported on."""
+    model carries no absolute path of the machine it was exported on. A file of
+    an installed library is relative to its ``site-packages``
+    (``timm/layers/conv_bn_act.py``), whatever the source root."""
     path = os.path.abspath(path)
-    root = _source_root or _project_root(os.path.dirname(path)) or os.getcwd()
+    root = (
+        _library_root(path)
+        or _source_root
+        or _project_root(os.path.dirname(path))
+        or os.getcwd()
+    )
     try:
         relative = os.path.relpath(path, root)
     except ValueError:  # another drive

@@ -176,6 +176,21 @@ def test_source_paths_are_relative_to_the_project_root_or_the_option(tmp_path):
     assert source_path(str(script)) == "models/net.py"
 
 
+def test_a_library_file_is_relative_to_its_site_packages(tmp_path, monkeypatch):
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    (site / "lib_x" / "layers").mkdir(parents=True)
+    (tmp_path / "venv" / ".git").mkdir()  # a project marker above site-packages
+    block = site / "lib_x" / "layers" / "block.py"
+    assert source_path(str(block)) == "lib/site-packages/lib_x/layers/block.py"
+    monkeypatch.syspath_prepend(str(site))
+    assert source_path(str(block)) == "lib_x/layers/block.py"
+    try:
+        set_source_root(tmp_path)  # the user's choice is for their own files
+        assert source_path(str(block)) == "lib_x/layers/block.py"
+    finally:
+        set_source_root(None)
+
+
 def test_prepare_keeps_the_source_positions(tmp_path):
     from hbir.quantization import prepare
 
