@@ -29,6 +29,7 @@ CAUSES = (
     "graph mismatch",
     "input preprocessing or layout",
     "march limit",
+    "stale or corrupted quantized.bc",
     "stale or corrupted model.hbm",
     "stale or foreign checkpoint",
     "input normalisation",
@@ -765,10 +766,12 @@ def _convert_cause(key, d, quantized, fresh, qat_bc=None) -> tuple[str, str]:
         changed = _changed_property(mine_op, ref_op)
         if changed:
             return (
-                "tool bug",
+                "stale or corrupted quantized.bc",
                 f"%{ids.get(mine_op)} '{mine_op.name}' in quantized.bc has "
                 f"{changed}, but convert makes it from qat.bc with a different value: "
-                "a corrupted or stale constant (re-run hbir.convert)",
+                "quantized.bc is not what convert makes of this qat.bc (edited, "
+                "corrupted, or converted from another qat.bc): convert it again "
+                "(hbir convert qat.bc -o quantized.bc)",
             )
     lsb = d.lsb
     if lsb is not None and lsb <= 1.0:

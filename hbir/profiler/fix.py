@@ -8,6 +8,7 @@ figures before and after:
 * lookup-table approximation: ``num_tables`` of that table op doubled until the
   op is within its bound (at most 4 times);
 * stale or foreign checkpoint: qat.bc exported again from qat.pt;
+* stale or corrupted quantized.bc: quantized.bc converted again from qat.bc;
 * stale or corrupted model.hbm: model.hbm compiled again from quantized.bc;
 * observer still on: qat.pt put in eval mode and ``FakeQuantState.VALIDATION``;
 * input normalisation: the data normalised as the finding names;
@@ -163,6 +164,15 @@ def _export_again(d, qat_model, data, stages, again):
     return "qat.bc exported again from qat.pt", again(**_MADE_AGAIN)
 
 
+def _convert_again(d, qat_model, data, stages, again):
+    import hbir
+    from hbir.quantization import export
+
+    qat_bc = stages.get("qat_bc") or export(qat_model, _first(data))
+    quantized = hbir.convert(qat_bc, stages["march"])
+    return "quantized.bc converted again from qat.bc", again(quantized_bc=quantized)
+
+
 def _compile_again(d, qat_model, data, stages, again):
     import hbir
     from hbir.quantization import export
@@ -235,6 +245,7 @@ def _apply(fn, x):
 _REMEDIES = {
     "lookup-table approximation": _tables,
     "stale or foreign checkpoint": _export_again,
+    "stale or corrupted quantized.bc": _convert_again,
     "stale or corrupted model.hbm": _compile_again,
     "observer still on": _validation,
     "input normalisation": _normalise,

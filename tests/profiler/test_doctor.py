@@ -93,7 +93,8 @@ def test_a_corrupted_requantization_constant(tmp_path):
     f = d.finding
     assert (f.baseline, f.analysis) == ("qat.bc", "quantized.bc")
     assert f.layer == f"{faults.PLANTED_CONV}#0"
-    assert f.cause == "tool bug" and "corrupted" in f.detail
+    assert f.cause == "stale or corrupted quantized.bc"
+    assert "convert it again" in f.detail
     # the element and both values, read back from the two models
     from hbir.dialects.qnt import RequantizeOp
 
@@ -134,6 +135,7 @@ def test_causes_are_the_fixed_list():
         "graph mismatch",
         "input preprocessing or layout",
         "march limit",
+        "stale or corrupted quantized.bc",
         "stale or corrupted model.hbm",
         "stale or foreign checkpoint",
         "input normalisation",

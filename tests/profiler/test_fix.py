@@ -71,6 +71,18 @@ def test_a_corrupted_model_hbm_is_compiled_again(tmp_path):
     assert (tmp_path / "bad.hbm").exists()  # no file changed
 
 
+def test_a_corrupted_quantized_bc_is_converted_again(tmp_path):
+    qat, qat_bc, quantized = faults.corrupted_quantized(tmp_path)
+    data = faults.data("resnet")
+    stages = dict(qat_bc=qat_bc, quantized_bc=quantized)
+    d = diagnose(qat, data, **stages)
+    assert d.finding.cause == "stale or corrupted quantized.bc"
+    fix = _fixed(d, qat, data, **stages)
+    assert fix.applied == "quantized.bc converted again from qat.bc"
+    assert max(fix.before.output_atol) > 0 and fix.before.analysis == "quantized.bc"
+    assert fix.after.ok and max(fix.after.pairs[-1].output_atol) == 0
+
+
 def test_observers_still_on_are_frozen_on_a_copy(tmp_path):
     qat, _ = zoo_stages.calibrated("resnet", tmp_path)
     set_fake_quantize(qat, FakeQuantState.CALIBRATION)

@@ -49,11 +49,11 @@ def test_doctor_names_the_stage_op_and_cause_of_a_corrupted_constant(tmp_path):
     line = faults.zoo_line("out = self.bn2(self.conv2(out))")
     assert f"torch source: tests/zoo.py:{line}" in out
     assert f"<- {faults.PLANTED_CONV}#0" in out
-    assert "cause: tool bug:" in out
+    assert "cause: stale or corrupted quantized.bc:" in out
     assert len(out.splitlines()) <= 24  # one screen
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["ok"] is False
-    assert report["finding"]["cause"] == "tool bug"
+    assert report["finding"]["cause"] == "stale or corrupted quantized.bc"
     assert [p["within"] for p in report["pairs"]] == [True, True, False]
     assert (tmp_path / "report" / "report.html").exists()
 
