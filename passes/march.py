@@ -248,6 +248,16 @@ def get_npu(name: str) -> NpuModel:
     return NPUS[get_march(name).name]
 
 
+def get_all_bpu_march_names() -> list[str]:
+    """Every march name, as hbdk4's ``hbdk4.march.get_all_bpu_march_names()``."""
+    return list(MARCHES)
+
+
+def get_march_num_cores(march: str) -> int:
+    """The BPU cores of ``march``, as hbdk4's ``get_march_num_cores``."""
+    return get_npu(str(march)).cores
+
+
 def accumulator_fits(terms: int, x_bits: int, w_bits: int, acc_bits: int = 32) -> bool:
     """Whether a ``terms``-long sum of ``x_bits`` x ``w_bits`` code products always
     fits the march's accumulator (worst case, both operands at their extremes)."""
