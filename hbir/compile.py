@@ -130,7 +130,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
     verify_each: bool | None = None,
     **options,
 ) -> Hbm:
-    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m"; None: the
+    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-p", ...; None: the
     default ``set_march`` chose, else the march it was converted for) into an
     :class:`~hbir.hbm.Hbm`, written to ``path`` (a ``.hbm`` file) unless it is
     None.
