@@ -10,9 +10,11 @@ hbdk4 names (``March.get``, ``.series``, ``hbir.march``) read the same table.
 import re
 import warnings
 
+import compile_models
 import pytest
+import torch
 import zoo
-from zoo_stages import calibrated, every_stage_bit_identical
+from zoo_stages import calibrated, every_stage_bit_identical, validated
 
 import hbir
 import hbir.march
@@ -130,6 +132,40 @@ def test_each_march_compiles_bit_identically(march, resnet, tmp_path):
     units = every_stage_bit_identical(qat, inputs, tmp_path, march)
     assert hbir.load(str(tmp_path / "model.hbm")).march == march
     assert {"tae", "dma"} <= {unit for _, unit in units}
+
+
+@pytest.fixture(scope="module")
+def int16_gemm(tmp_path_factory):
+    """conv (int8) -> a linear with int16 input and int16 weight -> linear."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 4, 4) for _ in range(3)]
+    qat = validated(
+        compile_models.IslandNet(),
+        inputs,
+        tmp_path_factory.mktemp("int16_gemm"),
+        compile_models.ISLAND_QCONFIG,
+    )
+    return qat, inputs
+
+
+@pytest.mark.parametrize("march", ["nash-p", "nash-h"])
+def test_int16_by_int16_gemms_run_on_the_npu_of_nash_p_and_h(
+    march, int16_gemm, tmp_path
+):
+    qat, inputs = int16_gemm
+    units = every_stage_bit_identical(qat, inputs, tmp_path, march)
+    assert ("qnt.requantize", "tae") in units  # fc1's gemm, fused
+
+
+@pytest.mark.parametrize("march", ["nash-e", "nash-m", *J6B])
+def test_int16_by_int16_gemms_are_cpu_islands_elsewhere(march, int16_gemm):
+    qat, inputs = int16_gemm
+    quantized = hbir.convert(export(qat, (inputs[0],)), march)
+    (line,) = [x for x in hbir.conversion.cpu_advice(quantized) if "linear" in x]
+    assert line.endswith(
+        f"'hbir.linear' (%12 of @forward) runs on the CPU: input and weight "
+        f"cannot both be int16 on {march}"
+    ), line
 
 
 def _cycles(qat, inputs, march, tmp_path, **options) -> dict:
