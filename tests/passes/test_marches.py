@@ -18,6 +18,7 @@ from zoo_stages import calibrated, every_stage_bit_identical, validated
 
 import hbir
 import hbir.march
+import hbir.plugin.march
 from hbir.compile_options import CompileOptionError
 from hbir.passes.check_march import MarchSupportError
 from hbir.passes.march import MARCHES, NPUS, March
@@ -234,7 +235,7 @@ def test_hbdk4_march_names_read_the_table():
     assert March.get(March.NASH_B_PLUS) == "nash-b-plus"
     assert {March.get(n).series for n in ALL} == {"nash"}
     assert hbir.march.get_all_bpu_march_names() == ALL
-    assert hbir.march.March is hbir.March
+    assert hbir.march.March is hbir.March is hbir.plugin.march.March
     with pytest.raises(hbir.HbirError, match="unknown march 'nash-x'"):
         March.get("nash-x")
     with pytest.raises(hbir.HbirError, match="unknown march 'bayes'"):
