@@ -27,8 +27,13 @@ if TYPE_CHECKING:
 __all__ = ["compile", "compile_passes", "final_check", "lower_to_npu", "run_passes"]
 
 
-def compile_passes(march: str, opt: int = 2, stop: str | None = None):
-    """The compile phase's pass instances for ``march`` (through ``stop``)."""
+def compile_passes(
+    march: str, opt: int = 2, stop: str | None = None, core_num: int = 1
+):
+    """The compile phase's pass instances for ``march`` (through ``stop``);
+    npu-schedule splits the TAE's work over ``core_num`` cores."""
+    import dataclasses
+
     from xdsl.utils.arg_spec import parse_pipeline
 
     from hbir.passes import get_all_passes
@@ -44,8 +49,10 @@ def compile_passes(march: str, opt: int = 2, stop: str | None = None):
     available = get_all_passes()
     passes = []
     for spec in parse_pipeline(",".join(specs)):
-        cls = available[spec.name]()
-        passes.append(cls.from_pass_spec(spec))
+        p = available[spec.name]().from_pass_spec(spec)
+        if spec.name == "npu-schedule":
+            p = dataclasses.replace(p, cores=core_num)
+        passes.append(p)
     return passes
 
 
@@ -57,6 +64,7 @@ def lower_to_npu(
     time_passes: bool = False,
     verify_passes: bool = True,
     verify_each: bool | None = None,
+    core_num: int = 1,
 ) -> Module:
     """The compile phase on a clone of ``quantized.bc``: the npu-dialect module
     (layout, fusion, tiles, DMA schedule and memory plan all in the IR;
@@ -71,6 +79,7 @@ def lower_to_npu(
     ``HBIR_VERIFY_EACH`` environment variable, which the tests set).
     ``verify_passes=False`` skips the IR verification altogether
     (``hbir/fast_feed.py``, whose program the loader's rules verify).
+    ``core_num``: the cores npu-schedule splits the TAE's work over.
     """
     from hbir.passes import pipelines
     from hbir.passes.march import UnknownMarchError, get_march
@@ -89,7 +98,7 @@ def lower_to_npu(
             f"'{march}')) or compile for {converted_for}"
         )
     compiled = m.clone()
-    passes = compile_passes(march, opt)
+    passes = compile_passes(march, opt, core_num=core_num)
 
     each = verify_passes and pipelines.verify_each(verify_each)
 
@@ -121,7 +130,7 @@ def compile(  # noqa: A001 - the reference toolchain's name
     verify_each: bool | None = None,
     **options,
 ) -> Hbm:
-    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-m"; None: the
+    """Compile ``quantized.bc`` for ``march`` ("nash-e", "nash-p", ...; None: the
     default ``set_march`` chose, else the march it was converted for) into an
     :class:`~hbir.hbm.Hbm`, written to ``path`` (a ``.hbm`` file) unless it is
     None.
@@ -133,9 +142,11 @@ def compile(  # noqa: A001 - the reference toolchain's name
 
     ``opt``: 0 skips fusion, 1 and 2 run the whole phase (the same today).
     ``jobs`` and ``debug`` are accepted for the reference signature and unused;
-    so are the reference's other keywords (``core_num``, ``balance``,
-    ``input_no_padding``, ``cache_mode``, ...) where they hold for the march
-    model, and refused by name where not (``hbir/compile_options.py``).
+    so are the reference's other keywords (``balance``, ``input_no_padding``,
+    ``cache_mode``, ...) where they hold for the march model, and refused by
+    name where not (``hbir/compile_options.py``). ``core_num`` (up to the
+    march's cores) splits the TAE's work over that many cores in the cycle
+    estimate; the numbers computed are the same.
     ``progress_bar`` prints one line per pass to stderr; ``time_passes`` adds
     each pass's time to it. The IR is verified once after the compile phase;
     ``verify_each=True`` verifies it after every pass too (None: the
@@ -153,7 +164,14 @@ def compile(  # noqa: A001 - the reference toolchain's name
     march = march or default_march() or getattr(m, "march", None) or "nash-e"
     compile_options.check(options, march)
     compiled = lower_to_npu(
-        m, march, opt, progress_bar, time_passes, verify_passes, verify_each
+        m,
+        march,
+        opt,
+        progress_bar,
+        time_passes,
+        verify_passes,
+        verify_each,
+        core_num=options.get("core_num", 1),
     )
     program = emit(compiled, m)
     if path is None:

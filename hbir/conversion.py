@@ -23,10 +23,11 @@ __all__ = ["March", "convert", "cpu_advice", "inexact_advice"]
 def convert(
     qat_bc: Module, march: str | March | None = None, advice: bool = False
 ) -> Module:
-    """The fixed-point model for ``march`` ("nash-e", "nash-m" or ``hbir.March``;
-    None: the default ``set_march`` chose, ``hbir/default_march.py``). A qat.bc
-    prepared or exported under ``set_march`` for another march is refused,
-    naming both.
+    """The fixed-point model for ``march`` ("nash-e", "nash-p", ... or
+    ``hbir.March``; None: the default ``set_march`` chose,
+    ``hbir/default_march.py``). A qat.bc prepared or exported under
+    ``set_march`` for another march is refused, naming both; an op or dtype
+    the march lacks is refused, naming the op and the march (check-march).
 
     With ``advice=True`` every op left float (a CPU island) is printed with its
     location and the reason, one line each, and so is every op qat.bc marks

@@ -14,6 +14,14 @@ with ``%x`` and ``%w`` both dequantized from si16, after (nash-e)::
         weight cannot both be int16 on nash-e"} : ...
 
 Ops within the limits are not touched. An unknown march is an error.
+
+An op or dtype the march lacks altogether (``MarchLimits.lacks``: an op on a
+unit it does not have, such as ``hbir.topk`` on nash-b, which has no SPU; f16 on a
+march without fp16; bf16 anywhere) is refused, a located error naming the op and
+the march::
+
+    error: 'hbir.topk' op is not supported on nash-b: it runs on the SPU, which
+        nash-b lacks (Horizon's J6B deployment guide)
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import AnyFloat, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
@@ -39,6 +48,35 @@ _GEMMS = hbir.ops_lowered_as(op_table.GEMM)
 class MarchLimitError(HbirOpError):
     """An integer op (already lowered) that the march cannot run: it has no float
     form left to fall back to on the CPU."""
+
+
+class MarchSupportError(HbirOpError):
+    """An op, or a dtype it reads or makes, that the march lacks altogether."""
+
+
+# float CPU islands, fake quantization and the consistency casts: every march
+_HOST_FLOATS = {"f32", "f64"}
+
+
+def _float_types(op: Operation) -> set[str]:
+    """The float element types (but f32 / f64) ``op`` reads or makes."""
+    found = set()
+    for v in (*op.operands, *op.results):
+        t = v.type.element_type if isinstance(v.type, TensorType) else v.type
+        if isinstance(t, AnyFloat) and t.name not in _HOST_FLOATS:
+            found.add(t.name)
+    return found
+
+
+def check_support(module: ModuleOp, march: MarchLimits) -> None:
+    """Refuse the first op the march lacks, or that reads or makes a dtype it
+    lacks (``MarchLimits.lacks``: the one table)."""
+    for op in module.walk():
+        if isinstance(op, ModuleOp | FuncOp):
+            continue
+        why = march.lacks(op.name, _float_types(op))
+        if why is not None:
+            raise MarchSupportError(op, fp.where(op), why)
 
 
 def _codes(value) -> fp.Codes | None:
@@ -139,6 +177,7 @@ class CheckMarchPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         march = get_march(self.march)
+        check_support(op, march)
         for inner in op.walk():
             _check_integer_gemm(inner, march)
             why = reason(inner, march)

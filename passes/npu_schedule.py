@@ -13,11 +13,12 @@ buffering): the next tile loads while the current one computes.
 
 Estimate: each op is placed on its unit's queue (``NpuModel.units``: tae, vae,
 aae, dte, dma, cpu), starting when its operands are ready and its unit is free;
-its length is MACs / MACs-per-cycle (TAE), bytes / vector width (VAE / AAE /
-DTE), bytes / DDR bytes-per-cycle (DMA), 10 cycles per element on the CPU
-(assumed). ``npu.unit``, ``npu.start`` and ``npu.end`` go on every op, the total
-on the module (``npu.estimated_cycles``). The numbers are an estimate for
-comparing schedules, not a simulator.
+its length is MACs / MACs-per-cycle (TAE: one core's, times ``cores``, the
+compile's ``core_num``: a gemm's MACs split evenly over the cores, assumed),
+bytes / vector width (VAE / AAE / DTE), bytes / DDR bytes-per-cycle (DMA), 10
+cycles per element on the CPU (assumed). ``npu.unit``, ``npu.start`` and
+``npu.end`` go on every op, the total on the module (``npu.estimated_cycles``).
+The numbers are an estimate for comparing schedules, not a simulator.
 
 Before::
 
@@ -114,7 +115,7 @@ def _bytes(v, align: int) -> int:
     return npu.aligned_bytes(v.type, align)
 
 
-def _duration(op: Operation, model: NpuModel, align: int) -> int:
+def _duration(op: Operation, model: NpuModel, align: int, cores: int = 1) -> int:
     unit = model.unit_of(op.name)
     if unit == "tae":
         out = shape_of(op.results[0])
@@ -131,7 +132,7 @@ def _duration(op: Operation, model: NpuModel, align: int) -> int:
             for v in op.operands[:2]
         )
         rate = model.macs_per_cycle_int16 if wide else model.macs_per_cycle_int8
-        return max(1, math.ceil(macs / rate))
+        return max(1, math.ceil(macs / (rate * cores)))
     if unit == "dma":
         return max(
             1, math.ceil(_bytes(op.results[0], align) / model.ddr_bytes_per_cycle)
@@ -143,7 +144,7 @@ def _duration(op: Operation, model: NpuModel, align: int) -> int:
     return max(1, math.ceil(moved / model.vector_bytes))
 
 
-def estimate(f: func.FuncOp, model: NpuModel, align: int) -> int:
+def estimate(f: func.FuncOp, model: NpuModel, align: int, cores: int = 1) -> int:
     ready: dict = {}
     free: dict[str, int] = {}
     units: dict[str, StringAttr] = {}
@@ -155,7 +156,7 @@ def estimate(f: func.FuncOp, model: NpuModel, align: int) -> int:
         if isinstance(op, npu.ReshapeOp | npu.SliceOp | npu.ConcatOp):
             unit = "view"
         start = max([ready.get(v, 0) for v in op.operands] + [free.get(unit, 0)])
-        length = 0 if unit == "view" else _duration(op, model, align)
+        length = 0 if unit == "view" else _duration(op, model, align, cores)
         end = start + length
         if unit != "view":
             free[unit] = end
@@ -175,12 +176,18 @@ class NpuSchedulePass(ModulePass):
     name = "npu-schedule"
 
     march: str = "nash-e"
+    cores: int = 1  # BPU cores a gemm's MACs are split over (compile's core_num)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require_lowered(op, self.name)
         if any(isinstance(o, npu.DmaLoadOp) for o in op.walk()):
             raise CompileError("npu-schedule: the module is already scheduled")
         model = get_npu(self.march)
+        if not 1 <= self.cores <= model.cores:
+            raise CompileError(
+                f"npu-schedule: cores={self.cores}: {model.name} has "
+                f"{model.cores} BPU core{'s' * (model.cores > 1)}"
+            )
         align_attr = op.attributes.get(npu.ATTR_CHANNEL_ALIGN)
         align = align_attr.value.data if isinstance(align_attr, IntegerAttr) else 1
         limit_attr = op.attributes.get(npu.ATTR_SRAM_LIMIT)
@@ -194,5 +201,5 @@ class NpuSchedulePass(ModulePass):
             if isinstance(f, func.FuncOp):
                 computes = _insert_dma(f)
                 _prefetch(computes, limit, align)
-                total += estimate(f, model, align)
+                total += estimate(f, model, align, self.cores)
         op.attributes[ATTR_CYCLES] = i64_attr(total)

@@ -147,6 +147,6 @@ class FunctionCode:
 
 @dataclass
 class Program:
-    march: str  # "nash-e" | "nash-m"
+    march: str  # a march name ("nash-e", "nash-p", ...: passes/march.py)
     functions: list[FunctionCode]
     version: int = 1

@@ -66,16 +66,18 @@ def _arrays(result) -> list[np.ndarray]:
     return [result.detach().numpy()]
 
 
-def every_stage_bit_identical(qat, inputs, tmp_path) -> set[tuple[str, str]]:
+def every_stage_bit_identical(
+    qat, inputs, tmp_path, march: str = "nash-e"
+) -> set[tuple[str, str]]:
     """Export, convert and compile ``qat`` (in VALIDATION, prepared on
-    ``inputs[0]``) and assert, on every input: qat.bc == qat.export.pt,
+    ``inputs[0]``) for ``march`` and assert, on every input: qat.bc == qat.export.pt,
     quantized.bc (the interpreter) == qat.bc, the model.hbm loaded back ==
     quantized.bc, bit for bit, and model.hbm runs nothing on the CPU but the
     quantize / dequantize at its edges. Returns model.hbm's (op, unit) pairs."""
     qat_bc = export(qat, (inputs[0],))
     exported = pre_export(qat)
-    quantized = hbir.convert(qat_bc, "nash-e")
-    hbm = hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
+    quantized = hbir.convert(qat_bc, march)
+    hbm = hbir.compile(quantized, tmp_path / "model.hbm", march)
     loaded = hbir.load(str(tmp_path / "model.hbm"))
     for x in inputs:
         feed = {"_input_0": x.numpy()}

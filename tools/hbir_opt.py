@@ -127,8 +127,8 @@ class HbirOptMain(xDSLOptMain):
         arg_parser.add_argument(
             "--march",
             default=None,
-            help="the march every phase's passes take (nash-e, nash-m); "
-            "default: each pass's own default (nash-e)",
+            help="the march every phase's passes take (nash-e, nash-m, nash-p, "
+            "nash-h, nash-b, ...); default: each pass's own default (nash-e)",
         )
         arg_parser.add_argument(
             "--load-plugin",

@@ -171,7 +171,8 @@ def report(name: str, march: str, costs: list[FunctionCost]) -> dict:
         "model": name,
         "march": march,
         "clock_mhz": npu.clock_mhz,
-        "int8_macs_per_cycle": npu.macs_per_cycle_int8,
+        "int8_macs_per_cycle": npu.macs_per_cycle_int8,  # of one core
+        "cores": npu.cores,
         "ddr_bytes_per_cycle": npu.ddr_bytes_per_cycle,
         "functions": functions,
     }

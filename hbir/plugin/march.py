@@ -15,7 +15,7 @@ __all__ = ["March", "get_march", "is_nash_series", "set_march"]
 
 
 def set_march(march: str) -> None:
-    """Target ``march`` ("nash-e", "nash-m" or ``March.NASH_E``) from now on."""
+    """Target ``march`` ("nash-e", "nash-p", ... or ``March.NASH_E``) from now on."""
     set_default_march(march)
 
 

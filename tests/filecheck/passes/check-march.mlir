@@ -3,6 +3,11 @@
 // RUN: not hbir-opt %s --split-input-file -p check-march 2>&1 | filecheck %s --check-prefix=INVALID
 // RUN: not hbir-opt %s --split-input-file -p 'check-march{march=nash-x}' 2>&1 | filecheck %s --check-prefix=BADMARCH
 // RUN: not hbir-opt %S/Inputs/check_march_refused.mlir -p check-march 2>&1 | filecheck %s --check-prefix=REFUSED
+// RUN: hbir-opt %s --split-input-file --verify-diagnostics -p 'check-march{march=nash-p}' | filecheck %s --check-prefix=NASHP
+// RUN: not hbir-opt %S/Inputs/check_march_lacks.mlir -p 'check-march{march=nash-b}' 2>&1 | filecheck %s --check-prefix=LACKS-B
+// RUN: not hbir-opt %S/Inputs/check_march_lacks.mlir -p 'check-march{march=nash-b-lite}' 2>&1 | filecheck %s --check-prefix=LACKS-BLITE
+// RUN: not hbir-opt %S/Inputs/check_march_lacks.mlir -p 'check-march{march=nash-e}' 2>&1 | filecheck %s --check-prefix=LACKS-E
+// RUN: not hbir-opt %S/Inputs/check_march_lacks.mlir -p 'check-march{march=nash-h}' 2>&1 | filecheck %s --check-prefix=LACKS-H
 
 // Positive: a conv whose input and weight are both si16 codes is marked for the
 // CPU with the reason (march.py: gemm_both_int16 is False on nash-e and nash-m).
@@ -10,6 +15,10 @@
 // CHECK:         hbir.conv2d %x, %w {hbir.device = "cpu", hbir.cpu_reason = "input and weight cannot both be int16 on nash-e",
 // NASHM-LABEL: func.func @both_int16
 // NASHM:         hbir.conv2d %x, %w {hbir.device = "cpu", hbir.cpu_reason = "input and weight cannot both be int16 on nash-m",
+// Does not apply on nash-p, whose gemms take both operands int16.
+// NASHP-LABEL: func.func @both_int16
+// NASHP-NOT:     hbir.device
+// NASHP:         func.return
 func.func @both_int16(%xq: tensor<1x4x8x8xsi16>, %wq: tensor<4x4x3x3xsi16>) -> tensor<1x4x6x6xf32> {
   %x = qnt.dequantize %xq {scales = array<f32: 0.5>, zeros = array<i64: 0>} : tensor<1x4x8x8xsi16> -> tensor<1x4x8x8xf32>
   %w = qnt.dequantize %wq {scales = array<f32: 0.25>, zeros = array<i64: 0>} : tensor<4x4x3x3xsi16> -> tensor<4x4x3x3xf32>
@@ -54,8 +63,8 @@ func.func @within_limits(%xq: tensor<1x1x1x31xsi8>, %wq: tensor<1x1x1x31xsi16>) 
 
 // Invalid input: a conv whose result shape is wrong is rejected, located, before
 // the pass runs; nothing is printed.
-// CHECK: check-march.mlir:64:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
-// INVALID: check-march.mlir:64:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
+// CHECK: check-march.mlir:73:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
+// INVALID: check-march.mlir:73:3: error: 'hbir.conv2d' op expected result shape (1, 4, 6, 6), got (1, 4, 8, 8)
 // INVALID-NOT: builtin.module
 // INVALID-NOT: Traceback
 func.func @bad_shape(%xq: tensor<1x4x8x8xsi8>, %wq: tensor<4x4x3x3xsi8>) -> tensor<1x4x8x8xf32> {
@@ -74,3 +83,14 @@ func.func @bad_shape(%xq: tensor<1x4x8x8xsi8>, %wq: tensor<4x4x3x3xsi8>) -> tens
 // REFUSED: check_march_refused.mlir:5:3: error: 'hbir.conv2d' op is already integer and kernel [33, 33] exceeds 31 on nash-e
 // REFUSED-NOT: builtin.module
 // REFUSED-NOT: Traceback
+
+// Refused ops and dtypes (Inputs/check_march_lacks.mlir), each naming op and march:
+// nash-b (and its variants) has no SPU, the unit of TopK; nash-e has no fp16;
+// nash-h has fp16 but no bf16.
+// LACKS-B: check_march_lacks.mlir:4:3: error: 'hbir.topk' op is not supported on nash-b: it runs on the SPU, which nash-b lacks (Horizon's J6B deployment guide)
+// LACKS-B-NOT: builtin.module
+// LACKS-BLITE: check_march_lacks.mlir:4:3: error: 'hbir.topk' op is not supported on nash-b-lite: it runs on the SPU
+// LACKS-E: check_march_lacks.mlir:8:3: error: 'hbir.relu' op reads or makes f16, which nash-e lacks: it computes in int8/int16 only
+// LACKS-E-NOT: builtin.module
+// LACKS-H: check_march_lacks.mlir:12:3: error: 'hbir.relu' op reads or makes bf16, which nash-h lacks: it computes in int8/int16 and fp16 only (Horizon's J6H/P deployment guide)
+// LACKS-H-NOT: Traceback

@@ -1,4 +1,9 @@
 // RUN: hbir-opt %s --split-input-file --verify-diagnostics -p npu-schedule | filecheck %s
+// RUN: not hbir-opt %s --split-input-file -p 'npu-schedule{march=nash-h cores=4}' 2>&1 | filecheck %s --check-prefix=CORES
+
+// Invalid option: more cores than the march has (nash-h: 3).
+// CORES: npu-schedule: cores=4: nash-h has 3 BPU cores
+// CORES-NOT: builtin.module
 
 // Positive: operands are loaded into SRAM and results stored back; the second
 // op's loads are issued behind the first compute op, before its store (double
