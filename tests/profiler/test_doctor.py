@@ -127,6 +127,42 @@ def test_a_corrupted_requantization_constant(tmp_path):
     assert origin_of(analysis_op).module_path == faults.PLANTED_CONV
 
 
+class MixedConv(nn.Module):
+    """timm's MixedConv2d: channels split unevenly, a depthwise conv of its own
+    kernel size on each part, the parts concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.splits = [2, 3, 3]
+        self.convs = nn.ModuleList(
+            nn.Conv2d(c, c, k, padding=k // 2, groups=c)
+            for c, k in zip(self.splits, (3, 5, 7), strict=True)
+        )
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        parts = torch.split(self.stem(self.quant(x)), self.splits, 1)
+        x = torch.cat([c(parts[i]) for i, c in enumerate(self.convs)], 1)
+        return self.dequant(self.head(x))
+
+
+def test_a_corrupted_constant_after_a_split_is_not_a_graph_mismatch(tmp_path):
+    """Not every op of qat.bc is recorded in quantized.bc (a split's parts):
+    that alone is no graph mismatch, so the corrupted constant is named."""
+    torch.manual_seed(0)
+    data = [(torch.randn(2, 3, 8, 8),) for _ in range(3)]
+    qat = zoo_stages.validated(MixedConv(), [b[0] for b in data], tmp_path)
+    qat_bc = export(qat, data[0])
+    quantized = hbir.convert(qat_bc, "nash-e")
+    faults.corrupt_requantize(quantized, "convs.2")
+    d = diagnose(qat, data, qat_bc=qat_bc, quantized_bc=quantized)
+    f = d.finding
+    assert (f.baseline, f.analysis) == ("qat.bc", "quantized.bc"), d.text()
+    assert f.layer == "convs.2#0" and f.cause == "stale or corrupted quantized.bc"
+
+
 def test_causes_are_the_fixed_list():
     assert CAUSES == (
         "lookup-table approximation",
