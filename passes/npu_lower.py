@@ -356,7 +356,12 @@ def _grid_sample(op: hbir.GridSampleOp):
     return [tx, core, back], [back.output]
 
 
-def _copy_as(cls, names: tuple[str, ...]) -> Rule:
+def _copy_as(cls, names: tuple[str, ...], segments: bool = False) -> Rule:
+    """The npu op ``cls`` with op's operands, result types and properties
+    ``names`` (and its operand segment sizes when ``segments``)."""
+    if segments:
+        names = (*names, "operandSegmentSizes")
+
     def rule(op: Operation):
         props = {k: v for k, v in op.properties.items() if k in names}
         c = cls.create(
@@ -505,6 +510,11 @@ RULES: dict[type[Operation], Rule] = {
         npu.MaxPoolIndicesOp, ("kernel", "stride", "padding", "dilation", "ceil_mode")
     ),
     hbir.MaxUnpool2dOp: _copy_as(npu.MaxUnpoolOp, ("size",)),
+    hbir.RoiResizeOp: _copy_as(
+        npu.RoiResizeOp,
+        ("size", "interpolate_mode", "expansion_mode", "pad_value"),
+        segments=True,
+    ),
     hbir.CompareOp: _copy_as(npu.CompareOp, ("kind", "scales")),
     hbir.SelectOp: _copy_as(npu.SelectOp, ()),
 }
