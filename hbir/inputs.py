@@ -17,7 +17,8 @@ and after convert ``func.remove_io_op(op_types=["Quantize", "Dequantize"])`` lea
 integer inputs and outputs whose ``quant_info`` says how to make and read them.
 Each edit is a pass (``insert-transpose``, ``insert-image-preprocess``,
 ``insert-image-convert``, ``insert-roi-resize``, ``remove-io-op``) that these
-methods run on the module in place; ``docs/image-input.md`` has the formats and the numerics.
+methods run on the module in place; ``docs/image-input.md`` has the formats and
+the numerics.
 """
 
 from __future__ import annotations
