@@ -53,7 +53,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
-    AttrSizedOperandSegments,
     IRDLOperation,
     ParsePropInAttrDict,
     irdl_op_definition,
@@ -922,8 +921,7 @@ class RoiResizeOp(OpcodeOp):
 
     name = "npu.roi_resize"
 
-    y = operand_def(AnyTensorTypeConstr)
-    uv = opt_operand_def(AnyTensorTypeConstr)
+    planes = var_operand_def(AnyTensorTypeConstr)  # y (and uv)
     roi = operand_def(AnyTensorTypeConstr)
     output = result_def(AnyTensorTypeConstr)
     size = prop_def(DenseArrayBase[I64])
@@ -932,10 +930,10 @@ class RoiResizeOp(OpcodeOp):
     pad_value = prop_def(DenseArrayBase[I64])
 
     traits = traits_def(Pure())
-    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
-        "$y (`,` $uv^)? `roi` `(` $roi `:` type($roi) `)` attr-dict `:` "
-        "type($y) (`,` type($uv)^)? `->` type($output)"
+        "$planes `roi` `(` $roi `:` type($roi) `)` attr-dict `:` type($planes) "
+        "`->` type($output)"
     )
 
     def opcode_fields(self) -> tuple[str, dict]:

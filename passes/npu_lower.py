@@ -356,12 +356,7 @@ def _grid_sample(op: hbir.GridSampleOp):
     return [tx, core, back], [back.output]
 
 
-def _copy_as(cls, names: tuple[str, ...], segments: bool = False) -> Rule:
-    """The npu op ``cls`` with op's operands, result types and properties
-    ``names`` (and its operand segment sizes when ``segments``)."""
-    if segments:
-        names = (*names, "operandSegmentSizes")
-
+def _copy_as(cls, names: tuple[str, ...]) -> Rule:
     def rule(op: Operation):
         props = {k: v for k, v in op.properties.items() if k in names}
         c = cls.create(
@@ -511,9 +506,7 @@ RULES: dict[type[Operation], Rule] = {
     ),
     hbir.MaxUnpool2dOp: _copy_as(npu.MaxUnpoolOp, ("size",)),
     hbir.RoiResizeOp: _copy_as(
-        npu.RoiResizeOp,
-        ("size", "interpolate_mode", "expansion_mode", "pad_value"),
-        segments=True,
+        npu.RoiResizeOp, ("size", "interpolate_mode", "expansion_mode", "pad_value")
     ),
     hbir.CompareOp: _copy_as(npu.CompareOp, ("kind", "scales")),
     hbir.SelectOp: _copy_as(npu.SelectOp, ()),
