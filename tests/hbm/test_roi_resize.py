@@ -21,6 +21,7 @@ from compile_models import validated
 from torch import nn
 
 import hbir
+from hbir.hbm.text import assemble, disassemble
 from hbir.passes.function_io import InputEditError
 from hbir.quantization import export
 from hbir.runtime import numerics, yuv
@@ -222,6 +223,8 @@ def test_a_bad_roi_is_a_located_error_in_every_engine(tmp_path):
     quantized = hbir.convert(model, "nash-e")
     hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
     loaded = hbir.load(str(tmp_path / "model.hbm"))
+    text = disassemble(loaded.program)  # the .hbms text form takes the opcode too
+    assert "roi_resize" in text and disassemble(assemble(text)) == text
     y, uv = _frame(np.random.default_rng(0))
     roi = np.array([[0, 0, 5, 5], [9, 0, 3, 5]], np.int32)  # right < left
     feed = {"_input_0_y": y, "_input_0_uv": uv, "_input_0_roi": roi}
