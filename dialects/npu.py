@@ -909,9 +909,10 @@ class MaxUnpoolOp(MaxUnpoolOperands, OpcodeOp):
 
 @irdl_op_definition
 class RoiResizeOp(OpcodeOp):
-    """The camera resizer (AAE): each image's roi of an NV12 (``y``, ``uv``) or
-    gray (``y``) frame, resized to ``size``, centred int8 NHWC
-    (``numerics.roi_resize``; the hbir op's ``hbir.roi_resize``).
+    """The camera resizer: each image's roi of an NV12 (``y``, ``uv``) or gray
+    (``y``) frame, resized to ``size``, centred int8 NHWC (``numerics.roi_resize``;
+    the hbir op's ``hbir.roi_resize``). It runs on the DMA queue: it reads the
+    frame in DDR (up to 8192 x 8192, beyond any SRAM) and writes the image there.
 
     ``%img = npu.roi_resize %y, %uv roi(%roi : tensor<1x4xsi32>) {size =
     array<i64: 4, 4>, interpolate_mode = "bilinear", expansion_mode = "constant",

@@ -846,13 +846,16 @@ OPCODES: tuple[Opcode, ...] = (
     ),
     Opcode(27, "max_unpool", 2, 1, "dte", (("size", "i64[]"),), _check_max_unpool),
     # the camera resizer: NV12 (y, uv) or gray (y) frame planes and an int32 roi
-    # per image -> the centred int8 NHWC image (numerics.roi_resize)
+    # per image -> the centred int8 NHWC image (numerics.roi_resize). It reads the
+    # frame where it lies, in DDR (a frame is up to 8192 x 8192, far beyond
+    # SRAM), only the pixels its taps need, as the DMA engines do: not a compute
+    # unit's SRAM working set
     Opcode(
         28,
         "roi_resize",
         None,
         1,
-        "aae",
+        "dma",
         (
             ("size", "i64[]"),
             ("interpolate_mode", "str"),

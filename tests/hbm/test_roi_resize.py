@@ -260,3 +260,36 @@ def test_insertion_refuses_what_it_cannot_feed(tmp_path):
     quantized = hbir.convert(model, "nash-e")
     with pytest.raises(err, match="already converted"):
         quantized["forward"].inputs["_input_0_y"].insert_roi_resize("gray")
+
+
+def test_the_reference_8192_frame_compiles_and_every_stage_agrees(tmp_path):
+    """The default frame: the resizer reads it in DDR (the DMA queue), so compile
+    needs no SRAM for it, and only the sampled pixels are decoded."""
+    model, node = _qat_bc(tmp_path, False)
+    node.insert_roi_resize("nv12")
+    quantized = hbir.convert(model, "nash-e")
+    hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
+    loaded = hbir.load(str(tmp_path / "model.hbm"))
+    rng = np.random.default_rng(3)
+    y = np.zeros((2, 8192, 8192, 1), np.uint8)
+    uv = np.full((2, 4096, 4096, 2), 128, np.uint8)
+    y[:, 8000:, 8100:] = rng.integers(0, 256, (2, 192, 92, 1))
+    roi = np.array([[8100, 8000, 8191, 8191], [8150, 8100, 8191, 8191]], np.int32)
+    feed = {"_input_0_y": y, "_input_0_uv": uv, "_input_0_roi": roi}
+    outs = [
+        f.feed(feed)["_output_0"]
+        for f in (model["forward"], quantized["forward"], loaded["forward"])
+    ]
+    crop = reference(
+        y[:, 8000:, 8100:],
+        uv[:, 4000:, 4050:],
+        roi - [8100, 8000] * 2,
+        SIZE,
+        "bilinear",
+        "constant",
+        (0, -128),
+    )
+    plain = _qat_bc(tmp_path, False)[0]
+    want = plain["forward"].feed({"_input_0": crop})["_output_0"]
+    np.testing.assert_array_equal(outs[0], want)
+    np.testing.assert_array_equal(outs[1], outs[2])
