@@ -143,3 +143,32 @@ def test_onnx_file_of_an_nv12_quantized_model_checks_and_has_every_op(tmp_path):
     for n in nodes:
         assert set(n.input) <= seen, n.name
         seen |= set(n.output)
+
+
+def test_onnx_file_names_several_results_and_several_functions(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    text = """builtin.module {
+func.func @first(%x: tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>) {
+  %s0, %s1 = hbir.split %x {sizes = array<i64: 3, 5>, dim = 1 : i64} : (tensor<2x8xf32>) -> (tensor<2x3xf32>, tensor<2x5xf32>)
+  func.return %s0, %s1 : tensor<2x3xf32>, tensor<2x5xf32>
+}
+func.func @second(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %0 = hbir.relu %x : tensor<2x8xf32>
+  func.return %0 : tensor<2x8xf32>
+}
+}
+"""
+    m = hbir.Module.parse(text)
+    hbir.visualize(m, onnx_file=tmp_path / "two.onnx")
+    model = onnx.load(tmp_path / "two.onnx")
+    onnx.checker.check_model(model, full_check=True)
+    g = model.graph
+    assert [n.name for n in g.node] == [
+        "@first/hbir.split_id_0",
+        "@second/hbir.relu_id_0",
+    ]
+    assert list(g.node[0].output) == ["@first/%0#0", "@first/%0#1"]
+    assert [i.name for i in g.input] == ["@first/_input_0", "@second/_input_0"]
+    assert [o.name for o in g.output] == ["@first/%0#0", "@first/%0#1", "@second/%0"]
+    shapes = [[d.dim_value for d in o.type.tensor_type.shape.dim] for o in g.output]
+    assert shapes == [[2, 3], [2, 5], [2, 8]]
