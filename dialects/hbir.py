@@ -2464,31 +2464,134 @@ class ImageConvertOp(IRDLOperation):
         mode = self.mode.data
         if mode not in self.MODES:
             raise VerifyException(f"mode must be one of {self.MODES}, got {mode!r}")
-        if (mode == "nv12") != (self.uv is not None):
-            raise VerifyException(
-                "nv12 takes y and uv planes" if mode == "nv12" else "gray takes y only"
-            )
-        u8 = IntegerType(8, Signedness.UNSIGNED)
-        planes = (("y", self.y), ("uv", self.uv))
-        for name, v in planes:
-            if v is not None and tensor_type(v).element_type != u8:
-                raise VerifyException(
-                    f"{name} must be ui8, got {tensor_type(v).element_type}"
-                )
-        y = shape_of(self.y)
-        if len(y) != 4 or y[3] != 1:
-            raise VerifyException(f"y has shape {y}, expected N x H x W x 1 (NHWC)")
-        channels = 1
-        if self.uv is not None:
-            channels = 3
-            if y[1] % 2 or y[2] % 2:
-                raise VerifyException(f"y has shape {y}: nv12 needs even H and W")
-            uv = shape_of(self.uv)
-            if uv != (y[0], y[1] // 2, y[2] // 2, 2):
-                raise VerifyException(
-                    f"uv has shape {uv}, expected {(y[0], y[1] // 2, y[2] // 2, 2)}"
-                )
+        y, channels = _verify_planes(mode, self.y, self.uv)
         want = TensorType(si(8), [y[0], y[1], y[2], channels])
+        if tensor_type(self.output) != want:
+            raise VerifyException(f"result must be {want}")
+
+
+def _verify_planes(mode: str, y: Value, uv: Value | None) -> tuple[tuple, int]:
+    """The NHWC ui8 camera planes of ``mode``: (the Y plane's shape, the image's
+    channels)."""
+    if (mode == "nv12") != (uv is not None):
+        raise VerifyException(
+            "nv12 takes y and uv planes" if mode == "nv12" else "gray takes y only"
+        )
+    u8 = IntegerType(8, Signedness.UNSIGNED)
+    for name, v in (("y", y), ("uv", uv)):
+        if v is not None and tensor_type(v).element_type != u8:
+            raise VerifyException(
+                f"{name} must be ui8, got {tensor_type(v).element_type}"
+            )
+    ys = shape_of(y)
+    if len(ys) != 4 or ys[3] != 1:
+        raise VerifyException(f"y has shape {ys}, expected N x H x W x 1 (NHWC)")
+    if uv is None:
+        return ys, 1
+    if ys[1] % 2 or ys[2] % 2:
+        raise VerifyException(f"y has shape {ys}: nv12 needs even H and W")
+    uvs = shape_of(uv)
+    if uvs != (ys[0], ys[1] // 2, ys[2] // 2, 2):
+        raise VerifyException(
+            f"uv has shape {uvs}, expected {(ys[0], ys[1] // 2, ys[2] // 2, 2)}"
+        )
+    return ys, 3
+
+
+@irdl_op_definition
+class RoiResizeOp(IRDLOperation):
+    """A region of a camera frame, resized to the model's input (the resizer).
+
+    ``y`` / ``uv`` are the frame's NV12 planes as for ``image_convert`` (``gray``:
+    ``y`` alone), ``roi`` an si32 ``N x 4`` of (left, top, right, bottom), right
+    and bottom inclusive, read at run time. Each image's roi, as YUV444, is padded
+    where it leaves the frame (``expansion_mode``: ``constant`` with the bytes
+    ``pad_value`` (Y, UV), or ``border``), resized to ``size`` with the NPU's
+    bilinear taps or nearest (``interpolate_mode``), each sum rounded half to
+    even, and centred: an si8 ``N x H x W x 3`` (or 1) image
+    (``numerics.roi_resize``, ``yuv.roi_resize``).
+
+    ``%img = hbir.roi_resize %y, %uv roi(%roi : tensor<1x4xsi32>) {size =
+    array<i64: 4, 4>, mode = "nv12", interpolate_mode = "bilinear",
+    expansion_mode = "constant", pad_value = array<i64: 0, -128>} :
+    tensor<1x8x8x1xui8>, tensor<1x4x4x2xui8> -> tensor<1x4x4x3xsi8>``
+    """
+
+    name = "hbir.roi_resize"
+
+    y = operand_def(AnyTensorTypeConstr)
+    uv = opt_operand_def(AnyTensorTypeConstr)
+    roi = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    size = prop_def(DenseArrayBase[I64])
+    mode = prop_def(StringAttr, default_value=StringAttr("nv12"))
+    interpolate_mode = prop_def(StringAttr, default_value=StringAttr("bilinear"))
+    expansion_mode = prop_def(StringAttr, default_value=StringAttr("constant"))
+    pad_value = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
+    assembly_format = (
+        "$y (`,` $uv^)? `roi` `(` $roi `:` type($roi) `)` attr-dict `:` "
+        "type($y) (`,` type($uv)^)? `->` type($output)"
+    )
+
+    MODES: ClassVar = ("nv12", "gray")
+    INTERPOLATIONS: ClassVar = ("bilinear", "nearest")  # numerics.ROI_INTERPOLATIONS
+    EXPANSIONS: ClassVar = ("constant", "border")  # numerics.ROI_EXPANSIONS
+
+    def __init__(
+        self,
+        y: Value,
+        uv: Value | None,
+        roi: Value,
+        size: Sequence[int],
+        interpolate_mode: str = "bilinear",
+        expansion_mode: str = "constant",
+        pad_value: Sequence[int] = (0, -128),
+    ):
+        n = shape_of(y)[0]
+        mode, channels = ("gray", 1) if uv is None else ("nv12", 3)
+        super().__init__(
+            operands=[y, [] if uv is None else [uv], roi],
+            result_types=[TensorType(si(8), [n, *size, channels])],
+            properties={
+                "size": ints(size),
+                "mode": StringAttr(mode),
+                "interpolate_mode": StringAttr(interpolate_mode),
+                "expansion_mode": StringAttr(expansion_mode),
+                "pad_value": ints(pad_value),
+            },
+        )
+
+    def verify_(self) -> None:
+        mode = self.mode.data
+        for what, value, legal in (
+            ("mode", mode, self.MODES),
+            ("interpolate_mode", self.interpolate_mode.data, self.INTERPOLATIONS),
+            ("expansion_mode", self.expansion_mode.data, self.EXPANSIONS),
+        ):
+            if value not in legal:
+                raise VerifyException(f"{what} must be one of {legal}, got {value!r}")
+        y, channels = _verify_planes(mode, self.y, self.uv)
+        roi = tensor_type(self.roi)
+        if roi.element_type != si(32) or tuple(roi.get_shape()) != (y[0], 4):
+            raise VerifyException(
+                f"roi must be tensor<{y[0]}x4xsi32> (left, top, right, bottom per "
+                f"image), got {roi}"
+            )
+        size = tuple(self.size.get_values())
+        if len(size) != 2 or min(size) < 1:
+            raise VerifyException(f"size must be two positive sizes, got {size}")
+        pad = tuple(self.pad_value.get_values())
+        if len(pad) != (1 if mode == "gray" else 2) or not all(
+            -128 <= v <= 255 for v in pad
+        ):
+            raise VerifyException(
+                f"pad_value must be {'(Y,)' if mode == 'gray' else '(Y, UV)'} "
+                f"bytes in [-128, 255], got {pad}"
+            )
+        want = TensorType(si(8), [y[0], *size, channels])
         if tensor_type(self.output) != want:
             raise VerifyException(f"result must be {want}")
 
@@ -2678,6 +2781,7 @@ HBIR = Dialect(
         CastOp,
         LutOp,
         ImageConvertOp,
+        RoiResizeOp,
         ImagePreprocessOp,
     ],
     [],

@@ -907,6 +907,45 @@ class MaxUnpoolOp(MaxUnpoolOperands, OpcodeOp):
         return "max_unpool", {"size": _values(self.size)}
 
 
+@irdl_op_definition
+class RoiResizeOp(OpcodeOp):
+    """The camera resizer: each image's roi of an NV12 (``y``, ``uv``) or gray
+    (``y``) frame, resized to ``size``, centred int8 NHWC (``numerics.roi_resize``;
+    the hbir op's ``hbir.roi_resize``). It runs on the DMA queue: it reads the
+    frame in DDR (up to 8192 x 8192, beyond any SRAM) and writes the image there.
+
+    ``%img = npu.roi_resize %y, %uv roi(%roi : tensor<1x4xsi32>) {size =
+    array<i64: 4, 4>, interpolate_mode = "bilinear", expansion_mode = "constant",
+    pad_value = array<i64: 0, -128>} : tensor<1x8x8x1xui8>, tensor<1x4x4x2xui8>
+    -> tensor<1x4x4x3xsi8>``
+    """
+
+    name = "npu.roi_resize"
+
+    planes = var_operand_def(AnyTensorTypeConstr)  # y (and uv)
+    roi = operand_def(AnyTensorTypeConstr)
+    output = result_def(AnyTensorTypeConstr)
+    size = prop_def(DenseArrayBase[I64])
+    interpolate_mode = prop_def(StringAttr, default_value=StringAttr("bilinear"))
+    expansion_mode = prop_def(StringAttr, default_value=StringAttr("constant"))
+    pad_value = prop_def(DenseArrayBase[I64])
+
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$planes `roi` `(` $roi `:` type($roi) `)` attr-dict `:` type($planes) "
+        "`->` type($output)"
+    )
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "roi_resize", {
+            "size": _values(self.size),
+            "interpolate_mode": self.interpolate_mode.data,
+            "expansion_mode": self.expansion_mode.data,
+            "pad_value": _values(self.pad_value),
+        }
+
+
 class _MoveOp(UnaryOp, OpcodeOp):
     """A copy between memories: the result has the operand's type."""
 
@@ -1088,6 +1127,7 @@ NPU = Dialect(
         IndexCopyOp,
         MaxPoolIndicesOp,
         MaxUnpoolOp,
+        RoiResizeOp,
         DmaLoadOp,
         DmaStoreOp,
         CpuCallOp,

@@ -16,8 +16,9 @@ call returning the new node so that calls chain::
 and after convert ``func.remove_io_op(op_types=["Quantize", "Dequantize"])`` leaves
 integer inputs and outputs whose ``quant_info`` says how to make and read them.
 Each edit is a pass (``insert-transpose``, ``insert-image-preprocess``,
-``insert-image-convert``, ``remove-io-op``) that these methods run on the module
-in place; ``docs/image-input.md`` has the formats and the numerics.
+``insert-image-convert``, ``insert-roi-resize``, ``remove-io-op``) that these
+methods run on the module in place; ``docs/image-input.md`` has the formats and
+the numerics.
 """
 
 from __future__ import annotations
@@ -210,3 +211,35 @@ class Argument:
         if mode == "gray":
             return inputs[f"{self.name}_y"]
         return inputs[f"{self.name}_y"], inputs[f"{self.name}_uv"]
+
+    def insert_roi_resize(
+        self,
+        mode: str,
+        interp_mode: str = "bilinear",
+        pad_mode: str = "constant",
+        pad_value: Sequence[int] = (0, -128),
+        frame: Sequence[int] = (8192, 8192),
+    ) -> tuple[Argument, ...]:
+        """Feed this centred si8 NHWC input from the resizer: a camera frame of
+        ``frame`` (height, width) pixels and a run-time roi (left, top, right,
+        bottom, inclusive) resized to the input's size. "nv12" gives the inputs
+        ``<name>_y``, ``<name>_uv``, ``<name>_roi``, "gray" ``<name>_y``,
+        ``<name>_roi`` (returned in that order). ``interp_mode`` "bilinear" or
+        "nearest"; ``pad_mode`` "constant" (``pad_value``: the Y and UV bytes
+        where the roi leaves the frame) or "border"."""
+        from hbir.passes.insert_roi_resize import InsertRoiResizePass
+
+        inputs = self._run(
+            "insert_roi_resize",
+            lambda f: InsertRoiResizePass(
+                self.name,
+                mode,
+                interp_mode,
+                pad_mode,
+                tuple(pad_value),
+                tuple(frame),
+                f,
+            ),
+        )
+        planes = ("y", "roi") if mode == "gray" else ("y", "uv", "roi")
+        return tuple(inputs[f"{self.name}_{p}"] for p in planes)

@@ -1,12 +1,13 @@
 """``hbir.visualize``: a model as an offline graph (HTML with an inline SVG).
 
 The reference's ``visualize(m, onnx_file=None, use_netron=False)`` turns the
-model into ONNX for netron. Here the picture needs no server and no download:
-one HTML file per call, one box per op of the function's top level (its op ID
-``%N`` as ``get_asm()`` prints it, the op name, each result's type and the
-torch origin), the function's inputs on top, its outputs at the bottom, an
-edge per operand. Ops are placed in rows by their depth (the longest path from
-an input), so data flows downwards.
+model into ONNX for netron; ``onnx_file=`` does that here too where the ``onnx``
+package is installed (``hbir/visualize_onnx.py``). The page needs no server
+and no download: one HTML file per call, one box per op of the function's top
+level (its op ID ``%N`` as ``get_asm()`` prints it, the op name, each
+result's type and the torch origin), the function's inputs on top, its outputs
+at the bottom, an edge per operand. Ops are placed in rows by their depth (the
+longest path from an input), so data flows downwards.
 """
 
 from __future__ import annotations
@@ -26,13 +27,18 @@ __all__ = ["visualize"]
 BOX_W, BOX_H, GAP_X, GAP_Y = 260, 62, 30, 46
 
 
-def _label_lines(op: Operation, ids: dict[Operation, int]) -> list[str]:
-    head = f"%{ids[op]} {op.name}" if op in ids else op.name
-    types = ", ".join(str(r.type) for r in op.results) or "(no result)"
+def op_origin(op: Operation) -> str:
+    """The op's torch origin (``file:line:col (name)``), or its name, or ""."""
     where, _ = diagnostics.describe_location(op, filename="")
     if where.startswith(": "):  # no file: only the op's own name
         where = where.split(f"'{op.name}'", 1)[-1].strip(" ()")
-    return [head, types, where]
+    return where
+
+
+def _label_lines(op: Operation, ids: dict[Operation, int]) -> list[str]:
+    head = f"%{ids[op]} {op.name}" if op in ids else op.name
+    types = ", ".join(str(r.type) for r in op.results) or "(no result)"
+    return [head, types, op_origin(op)]
 
 
 def _depths(ops: list[Operation]) -> dict[Operation, int]:
@@ -116,15 +122,21 @@ def visualize(
     html_file: str | os.PathLike | None = None,
 ) -> str:
     """The model's functions as an offline HTML page (returned; written to
-    ``html_file`` if given). ``onnx_file`` and ``use_netron`` (the reference's
-    ONNX / netron view) are refused by name: hbir draws the graph itself."""
+    ``html_file`` if given). ``onnx_file``: also write the graph as ONNX for
+    netron (``hbir/visualize_onnx.py``; needs the ``onnx`` package).
+    ``use_netron`` (the reference starts a netron server and a browser) is
+    refused by name: open the ONNX file in netron yourself."""
     require_module(m, "hbir.visualize", "visualize")
-    if onnx_file is not None or use_netron:
+    if use_netron:
         raise HbirError(
-            "hbir.visualize: ONNX export and netron are not provided; "
-            "visualize(m, html_file='model.html') writes the graph as an offline "
-            "HTML page"
+            "hbir.visualize: use_netron is not provided (no browser server); "
+            "write visualize(m, onnx_file='model.onnx') and open it in netron, or "
+            "visualize(m, html_file='model.html') for an offline HTML page"
         )
+    if onnx_file is not None:
+        from hbir.visualize_onnx import write_onnx
+
+        write_onnx(m, onnx_file)
     title = "hbir model" + (f" for {m.march}" if m.march else "")
     sections = [f"<h2>@{html.escape(f.name)}</h2>\n{_svg(f)}" for f in m.functions]
     page = (

@@ -57,6 +57,7 @@ _OURS: dict[str, tuple[str, str]] = {
         "hbir.passes.insert_image_convert",
         "InsertImageConvertPass",
     ),
+    "insert-roi-resize": ("hbir.passes.insert_roi_resize", "InsertRoiResizePass"),
     "remove-io-op": ("hbir.passes.remove_io_op", "RemoveIoOpPass"),
     "convert-image-preprocess": (
         "hbir.passes.convert_image_preprocess",

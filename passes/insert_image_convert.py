@@ -35,24 +35,17 @@ from hbir.passes import function_io as io
 MODES = ("nv12", "gray")
 
 
-def insert_image_convert(module: ModuleOp, function: str, name: str, mode: str) -> None:
-    what = "insert_image_convert"
-    func = io.find_function(module, function, what)
-    where = f"{what}: function @{func.sym_name.data}, input '{name}'"
-    index = io.find_input(func, name, what)
+def camera_image(func, index: int, where: str, mode: str) -> tuple[int, int, int]:
+    """(N, H, W) of input ``index``: the centred si8 NHWC image that camera
+    planes of ``mode`` replace (``insert_image_convert``, ``insert_roi_resize``)."""
     if mode not in MODES:
         raise io.InputEditError(f"{where}: unknown mode {mode!r}; one of {MODES}")
-    if io.converted(module):
-        raise io.InputEditError(
-            f"{where}: the model is already converted; insert input nodes into "
-            f"qat.bc, then convert"
-        )
     t = func.args[index].type
     shape = list(t.get_shape())
     if t.element_type != hbir.si(8):
         raise io.InputEditError(
-            f"{where}: the input is {t}; image_convert gives centred si8 codes, so "
-            f"call insert_image_preprocess(..., is_signed=True) on it first"
+            f"{where}: the input is {t}; the camera input gives centred si8 codes, "
+            f"so call insert_image_preprocess(..., is_signed=True) on it first"
         )
     channels = 3 if mode == "nv12" else 1
     if len(shape) != 4 or shape[3] != channels:
@@ -60,24 +53,39 @@ def insert_image_convert(module: ModuleOp, function: str, name: str, mode: str) 
             f"{where}: mode {mode!r} needs an NHWC image with {channels} "
             f"channel(s) (N x H x W x {channels}), the input has shape {shape}"
         )
-    n, h, w, _ = shape
+    return shape[0], shape[1], shape[2]
+
+
+def plane_types(where: str, mode: str, n: int, h: int, w: int) -> list[TensorType]:
+    """The ui8 Y (and for nv12 UV) planes of an ``h x w`` frame."""
     u8 = IntegerType(8, Signedness.UNSIGNED)
-    types = [TensorType(u8, [n, h, w, 1])]
-    names = [f"{name}_y"]
-    if mode == "nv12":
-        if h % 2 or w % 2:
-            raise io.InputEditError(
-                f"{where}: nv12 needs an even height and width (one chroma pair "
-                f"per 2 x 2 pixels), the input is {h} x {w}"
-            )
-        types.append(TensorType(u8, [n, h // 2, w // 2, 2]))
-        names.append(f"{name}_uv")
+    if mode == "gray":
+        return [TensorType(u8, [n, h, w, 1])]
+    if h % 2 or w % 2:
+        raise io.InputEditError(
+            f"{where}: nv12 needs an even height and width (one chroma pair "
+            f"per 2 x 2 pixels), the frame is {h} x {w}"
+        )
+    return [TensorType(u8, [n, h, w, 1]), TensorType(u8, [n, h // 2, w // 2, 2])]
+
+
+def check_free(func, where: str, name: str, names: list[str]) -> None:
+    """Refuse new input ``names`` that another input of ``func`` has."""
     taken = set(io.input_names(func)) - {name}
     if taken & set(names):
         raise io.InputEditError(
             f"{where}: the function already has an input named "
             f"{sorted(taken & set(names))}"
         )
+
+
+def insert_image_convert(module: ModuleOp, function: str, name: str, mode: str) -> None:
+    what = "insert_image_convert"
+    func, index, where = io.input_to_edit(module, function, name, what)
+    n, h, w = camera_image(func, index, where, mode)
+    types = plane_types(where, mode, n, h, w)
+    names = [f"{name}_y", f"{name}_uv"][: len(types)]
+    check_free(func, where, name, names)
     io.swap_input(func, index, types, names, lambda new: [hbir.ImageConvertOp(*new)])
 
 

@@ -505,6 +505,9 @@ RULES: dict[type[Operation], Rule] = {
         npu.MaxPoolIndicesOp, ("kernel", "stride", "padding", "dilation", "ceil_mode")
     ),
     hbir.MaxUnpool2dOp: _copy_as(npu.MaxUnpoolOp, ("size",)),
+    hbir.RoiResizeOp: _copy_as(
+        npu.RoiResizeOp, ("size", "interpolate_mode", "expansion_mode", "pad_value")
+    ),
     hbir.CompareOp: _copy_as(npu.CompareOp, ("kind", "scales")),
     hbir.SelectOp: _copy_as(npu.SelectOp, ()),
 }

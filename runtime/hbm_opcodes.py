@@ -579,6 +579,32 @@ def _check_max_unpool(ins, code):
     _need(y.dtype == x.dtype, "the result has the input's dtype")
 
 
+def _check_roi_resize(ins, code):
+    planes, (y,) = _ops(ins, code)
+    f = ins.fields
+    _need(len(planes) in (2, 3), f"needs y[, uv], roi: got {len(planes)} operands")
+    *planes, roi = planes
+    _need(all(p.dtype == "uint8" for p in planes), "the planes must be uint8")
+    n, h, w, _ = _rank(planes[0], 4, "y")
+    _need(planes[0].shape[3] == 1, "y must be N x H x W x 1")
+    channels = 1
+    if len(planes) == 2:
+        _need(h % 2 == 0 and w % 2 == 0, "nv12 needs an even frame")
+        want = (n, h // 2, w // 2, 2)
+        _need(planes[1].shape == want, f"uv {list(planes[1].shape)} != {list(want)}")
+        channels = 3
+    _need(f["interpolate_mode"] in numerics.ROI_INTERPOLATIONS, "interpolate_mode")
+    _need(f["expansion_mode"] in numerics.ROI_EXPANSIONS, "expansion_mode")
+    pad = f["pad_value"]
+    _need(len(pad) == len(planes), f"pad_value needs {len(planes)} values")
+    _need(all(-128 <= v <= 255 for v in pad), "pad_value must be bytes")
+    _need(roi.dtype == "int32" and roi.shape == (n, 4), f"roi must be int32 [{n}, 4]")
+    oh, ow = _ints(f, "size", 2, 1)
+    _need(y.dtype == "int8", f"the result is centred int8, got {y.dtype}")
+    want = (n, oh, ow, channels)
+    _need(y.shape == want, f"result shape {list(y.shape)}, expected {list(want)}")
+
+
 def _check_compare(ins, code):
     (a, b), (y,) = _ops(ins, code)
     f = ins.fields
@@ -819,6 +845,25 @@ OPCODES: tuple[Opcode, ...] = (
         _check_max_pool_indices,
     ),
     Opcode(27, "max_unpool", 2, 1, "dte", (("size", "i64[]"),), _check_max_unpool),
+    # the camera resizer: NV12 (y, uv) or gray (y) frame planes and an int32 roi
+    # per image -> the centred int8 NHWC image (numerics.roi_resize). It reads the
+    # frame where it lies, in DDR (a frame is up to 8192 x 8192, far beyond
+    # SRAM), only the pixels its taps need, as the DMA engines do: not a compute
+    # unit's SRAM working set
+    Opcode(
+        28,
+        "roi_resize",
+        None,
+        1,
+        "dma",
+        (
+            ("size", "i64[]"),
+            ("interpolate_mode", "str"),
+            ("expansion_mode", "str"),
+            ("pad_value", "i64[]"),
+        ),
+        _check_roi_resize,
+    ),
     # NHWC input, N x Ho x Wo x 2 grid codes; the exact int32 weighted sums
     Opcode(
         23,

@@ -62,7 +62,7 @@ class TensorDesc:
     name: str  # "_input_0", or the name the model gave it
     shape: tuple[int, ...]
     dtype: str  # a numpy dtype name: "float32", "int8", "uint8", ...
-    layout: str = ""  # "NCHW", "NHWC", "NV12_Y", "NV12_UV", or "" (no layout)
+    layout: str = ""  # "NCHW", "NHWC", "NV12_Y", "NV12_UV", "Y", "ROI", or ""
     scales: tuple[float, ...] = ()  # the quantization of an integer tensor
     zeros: tuple[int, ...] = ()
 

@@ -773,6 +773,21 @@ def _image_convert(op: hbir.ImageConvertOp, y: np.ndarray, uv=None):
     return (yuv.center(planes),)
 
 
+def _roi_resize(op: hbir.RoiResizeOp, y: np.ndarray, *planes):
+    """The roi of each frame, resized and centred (``yuv.roi_resize``)."""
+    *uv, roi = planes
+    out = yuv.roi_resize(
+        y,
+        uv[0] if uv else None,
+        roi,
+        op.size.get_values(),
+        op.interpolate_mode.data,
+        op.expansion_mode.data,
+        op.pad_value.get_values(),
+    )
+    return (out,)
+
+
 def _image_preprocess(op: hbir.ImagePreprocessOp, x: np.ndarray):
     """Integer colour conversion, then float32 normalisation (float result) or the
     per-channel code table (integer result), both ``runtime/yuv.py``."""
@@ -942,6 +957,7 @@ _HBIR_QNT_KERNELS: dict[type[Operation], Kernel] = {
     hbir.CastOp: _cast,
     hbir.LutOp: _lut,
     hbir.ImageConvertOp: _image_convert,
+    hbir.RoiResizeOp: _roi_resize,
     hbir.ImagePreprocessOp: _image_preprocess,
     qnt.ConstFakeQuantOp: _const_fake_quant,
     qnt.QuantizeOp: _quantize,

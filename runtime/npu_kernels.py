@@ -47,7 +47,7 @@ from xdsl.ir import Operation
 
 from hbir.dialects import npu
 from hbir.dialects.hbir import dense_array, numpy_dtype
-from hbir.runtime import integer_ops, kernels, numerics, requantizer, selection
+from hbir.runtime import integer_ops, kernels, numerics, requantizer, selection, yuv
 from hbir.runtime.hbm_opcodes import NONE, lut_table
 
 _NCHW = (0, 3, 1, 2)
@@ -411,6 +411,19 @@ def max_unpool(f: Fields, out: Out, x, indices) -> np.ndarray:
     return selection.max_unpool(x, indices, tuple(f["size"]))
 
 
+def roi_resize(f: Fields, out: Out, y, *planes) -> np.ndarray:
+    *uv, roi = planes
+    return yuv.roi_resize(
+        y,
+        uv[0] if uv else None,
+        roi,
+        f["size"],
+        f["interpolate_mode"],
+        f["expansion_mode"],
+        f["pad_value"],
+    )
+
+
 def move(f: Fields, out: Out, x) -> np.ndarray:
     return x
 
@@ -444,6 +457,7 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "index_copy": index_copy,
     "max_pool_indices": max_pool_indices,
     "max_unpool": max_unpool,
+    "roi_resize": roi_resize,
     "compare": compare,
     "select": select,
     "dma_load": move,

@@ -26,6 +26,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from hbir.errors import HbirError
+
 # How a value exactly halfway between two integers is rounded: the only valid
 # modes. The order is stored: a LUT table's ``rounding`` is an index into it.
 HALF_EVEN = "half_even"
@@ -1088,6 +1090,115 @@ def fixed_point_resize(
     m, shift = requantize_multipliers(real * inv_scale(grids.out_scale))
     out = requantize(acc, m, shift, 0, *qrange(grids.out_bits), mode=mode)
     return dequantize(out, grids.out_scale, 0)
+
+
+# ----------------------------------------------------------------- roi resize
+#
+# The camera input's resizer (``hbir.roi_resize``): a region of a frame, resized
+# to the model's input size. The roi is ``(left, top, right, bottom)`` in pixels of
+# the frame, right and bottom inclusive (the reference runtime's ``hbDNNRoi``), so
+# the region is ``right - left + 1`` wide; each coordinate lies in
+# ``[-ROI_LIMIT, ROI_LIMIT)`` (the reference's 8192-pixel frames) and the region
+# may leave the frame: a pixel outside it is the pad value (``constant``) or the
+# nearest edge pixel (``border``). The region of ``h x w`` pixels is resized to
+# ``H x W`` with the NPU's taps (``resize_taps``: bilinear at torch's
+# ``align_corners=False`` coordinates, weights on the 2**-BILINEAR_BITS grid) and
+# the exact weighted sum (``resize_weighted``) rounded half to even from
+# 2**-(2 * BILINEAR_BITS); ``nearest`` takes pixel ``floor(dst * h / H)`` (exact in
+# integers), so the result is a pixel of the region. Values stay bytes: weights
+# sum to one and the rounding keeps [0, 255].
+ROI_LIMIT = 8192
+ROI_INTERPOLATIONS = ("bilinear", "nearest")
+ROI_EXPANSIONS = ("constant", "border")
+
+
+class RoiError(HbirError, ValueError):
+    """A roi the resizer cannot take (the engines report it with their location)."""
+
+
+def check_roi(roi: np.ndarray, batch: int) -> np.ndarray:
+    """``roi`` as int64 ``[batch, 4]`` rows ``(left, top, right, bottom)``, or a
+    ``RoiError`` naming the first bad row."""
+    roi = np.asarray(roi)
+    if roi.shape != (batch, 4) or not np.issubdtype(roi.dtype, np.integer):
+        raise RoiError(
+            f"roi must be {batch} x 4 integers (left, top, right, bottom), got "
+            f"{roi.dtype} {list(roi.shape)}"
+        )
+    roi = roi.astype(np.int64)
+    left, top, right, bottom = roi.T
+    bad = (
+        (roi < -ROI_LIMIT).any(1)
+        | (roi >= ROI_LIMIT).any(1)
+        | (right < left)
+        | (bottom < top)
+    )
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise RoiError(
+            f"roi {roi[i].tolist()} of image {i} is not a region: it needs left <= "
+            f"right, top <= bottom (both inclusive) and every coordinate in "
+            f"[{-ROI_LIMIT}, {ROI_LIMIT})"
+        )
+    return roi
+
+
+def pad_byte(value: int) -> int:
+    """A pad value in [-128, 255] as the byte it fills: -128 is 128 (the
+    reference's default ``(0, -128)`` pads black with neutral chroma)."""
+    if not -128 <= value <= 255:
+        raise ValueError(f"pad value {value} is not a byte (in [-128, 255])")
+    return value & 0xFF
+
+
+def _roi_taps(mode: str, size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    if mode == "nearest":
+        index = np.arange(out, dtype=np.int64) * size // out
+        return index[:, None], np.full((out, 1), 1 << BILINEAR_BITS, np.int64)
+    return resize_taps(mode, size, out, False)
+
+
+def roi_resize(
+    sample: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+    frame: tuple[int, int, int],
+    roi: np.ndarray,
+    size: tuple[int, int],
+    interpolation: str,
+    expansion: str,
+    pad: tuple[int, ...],
+) -> np.ndarray:
+    """``[N, H, W, C]`` int64 bytes: each image's roi resized to ``size``.
+
+    ``sample(n, rows, cols)`` gives image ``n``'s pixels ``[len(rows),
+    len(cols), C]`` at rows and columns inside the ``frame`` (images, height,
+    width); only the pixels the taps read are sampled. ``pad``: one byte per
+    channel."""
+    if interpolation not in ROI_INTERPOLATIONS or expansion not in ROI_EXPANSIONS:
+        raise ValueError(f"roi resize: {interpolation!r} / {expansion!r}")
+    batch, fh, fw = frame
+    roi = check_roi(roi, batch)
+    out = []
+    for n, (left, top, right, bottom) in enumerate(roi.tolist()):
+        taps_h = _roi_taps(interpolation, bottom - top + 1, size[0])
+        taps_w = _roi_taps(interpolation, right - left + 1, size[1])
+        # the rows and columns the taps read, and the taps re-indexed into them
+        rows, th = np.unique(taps_h[0] + top, return_inverse=True)
+        cols, tw = np.unique(taps_w[0] + left, return_inverse=True)
+        inside_r = (rows >= 0) & (rows < fh)
+        inside_c = (cols >= 0) & (cols < fw)
+        block = sample(n, rows.clip(0, fh - 1), cols.clip(0, fw - 1))
+        block = np.asarray(block, np.int64)
+        if expansion == "constant":
+            outside = ~(inside_r[:, None] & inside_c[None, :])
+            block = np.where(outside[..., None], np.asarray(pad, np.int64), block)
+        chw = np.moveaxis(block, -1, 0)
+        acc = resize_weighted(
+            chw,
+            (th.reshape(taps_h[0].shape), taps_h[1]),
+            (tw.reshape(taps_w[0].shape), taps_w[1]),
+        )
+        out.append(np.moveaxis(shift_round(acc, 2 * BILINEAR_BITS), 0, -1))
+    return np.stack(out)
 
 
 # ----------------------------------------------------------------- grid sample

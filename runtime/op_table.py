@@ -547,6 +547,8 @@ OPS: tuple[OpEntry, ...] = (
     _ir("hbir.select", MOVE),
     # the camera input's colour conversion: the CPU's, at the model's edge
     _ir("hbir.image_convert", INTEGER, cpu="image input conversion"),
+    # the camera resizer: a roi of the frame, resized (npu.roi_resize)
+    _ir("hbir.roi_resize", INTEGER),
     _ir("hbir.image_preprocess", IMAGE, cpu="image input preprocessing"),
     _ir("qnt.const_fake_quant", QUANT, cpu="fake quantization (convert first)"),
     # float <-> codes at the model's edges

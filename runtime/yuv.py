@@ -149,6 +149,16 @@ def upsample_chroma(uv: np.ndarray) -> np.ndarray:
     return uv.repeat(2, axis=-3).repeat(2, axis=-2)
 
 
+def nv12_pixels(y: np.ndarray, uv: np.ndarray, rows, cols) -> np.ndarray:
+    """The YUV444 pixels ``[len(rows), len(cols), 3]`` at ``rows`` x ``cols`` of
+    one image's NV12 planes (Y ``H x W x 1``, UV ``H/2 x W/2 x 2``): each pixel's
+    chroma is the pair of its 2 x 2 block (``upsample_chroma``)."""
+    rows, cols = np.asarray(rows), np.asarray(cols)
+    luma = y[rows[:, None], cols[None, :]].astype(np.int64)
+    chroma = uv[rows[:, None] // 2, cols[None, :] // 2].astype(np.int64)
+    return np.concatenate([luma, chroma], axis=-1)
+
+
 def nv12_to_yuv444(y: np.ndarray, uv: np.ndarray) -> np.ndarray:
     """NV12 planes (Y ``... x H x W x 1``, UV ``... x H/2 x W/2 x 2``) -> YUV444."""
     y, uv = np.asarray(y), np.asarray(uv)
@@ -165,6 +175,47 @@ def nv12_to_yuv444(y: np.ndarray, uv: np.ndarray) -> np.ndarray:
             f"{(*y.shape[:-3], h // 2, w // 2, 2)} for a Y plane of {y.shape}"
         )
     return np.concatenate([y, upsample_chroma(uv)], axis=-1).astype(np.int64)
+
+
+def roi_resize(
+    y: np.ndarray,
+    uv: np.ndarray | None,
+    roi: np.ndarray,
+    size: Sequence[int],
+    interpolation: str,
+    expansion: str,
+    pad_value: Sequence[int],
+) -> np.ndarray:
+    """``hbir.roi_resize``: each image's roi of its NV12 (or gray, ``uv`` None)
+    frame, as YUV444 (``nv12_pixels``), resized to ``size`` and padded as
+    ``numerics.roi_resize`` defines, centred: ``N x H x W x 3`` (or 1) int8.
+    ``pad_value``: (Y, UV) bytes, or (Y,) for gray (``numerics.pad_byte``)."""
+    y = np.asarray(y)
+    n, h, w, _ = y.shape
+    if uv is None:
+        pad = (numerics.pad_byte(pad_value[0]),)
+
+        def sample(i, rows, cols):
+            return y[i][rows[:, None], cols[None, :]]
+
+    else:
+        uv = np.asarray(uv)
+        _even_planes(h, w, "the Y plane")
+        if uv.shape != (n, h // 2, w // 2, 2):
+            raise ValueError(
+                f"UV plane has shape {uv.shape}, expected {(n, h // 2, w // 2, 2)} "
+                f"for a Y plane of {y.shape}"
+            )
+        py, puv = (numerics.pad_byte(v) for v in pad_value)
+        pad = (py, puv, puv)
+
+        def sample(i, rows, cols):
+            return nv12_pixels(y[i], uv[i], rows, cols)
+
+    frame = numerics.roi_resize(
+        sample, (n, h, w), roi, tuple(size), interpolation, expansion, pad
+    )
+    return center(frame)
 
 
 def yuv_to_rgb(yuv: np.ndarray, swing: str = "full") -> np.ndarray:

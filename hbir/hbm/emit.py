@@ -89,8 +89,9 @@ def _location(op: Operation) -> str:
 def io_layouts(f: func.FuncOp) -> dict[str, str]:
     """Input name -> layout of quantized.bc's function ``f``: an NV12 plane
     (``NV12_Y`` / ``NV12_UV``, or ``Y`` for a gray image) when
-    ``hbir.image_convert`` reads it, ``NHWC`` when a transpose to NCHW does
-    (``insert_transpose``), ``NCHW`` for another 4-d input, else ""."""
+    ``hbir.image_convert`` or ``hbir.roi_resize`` reads it (``ROI`` its roi),
+    ``NHWC`` when a transpose to NCHW does (``insert_transpose``), ``NCHW`` for
+    another 4-d input, else ""."""
     layouts = {}
     for i, arg in enumerate(f.body.block.args):
         attrs = f.arg_attrs.data[i] if f.arg_attrs is not None else None
@@ -101,6 +102,9 @@ def io_layouts(f: func.FuncOp) -> dict[str, str]:
             if isinstance(user, hbir_dialect.ImageConvertOp):
                 gray = len(user.operands) == 1
                 layout = "Y" if gray else ("NV12_Y", "NV12_UV")[use.index]
+            elif isinstance(user, hbir_dialect.RoiResizeOp):
+                planes = ("Y", "ROI") if user.uv is None else ("NV12_Y", "NV12_UV")
+                layout = (*planes, "ROI")[use.index]
             elif isinstance(user, hbir_dialect.TransposeOp) and tuple(
                 user.perm.get_values()
             ) == (0, 3, 1, 2):

@@ -21,6 +21,8 @@ from xdsl.dialects.builtin import (
     Float64Type,
     FloatAttr,
     IntegerAttr,
+    IntegerType,
+    Signedness,
     StringAttr,
     TensorType,
     f32,
@@ -42,8 +44,11 @@ from hbir.runtime.hbm_program import FunctionCode, Instruction
 ELEMENTS = {"si8": si(8), "si16": si(16), "si32": si(32), "f32": f32, "i64": i64}
 
 
+UI8 = IntegerType(8, Signedness.UNSIGNED)  # camera planes only (not retyped to)
+
+
 def _t(element: str, *shape: int) -> TensorType:
-    return TensorType(ELEMENTS[element], list(shape))
+    return TensorType(UI8 if element == "ui8" else ELEMENTS[element], list(shape))
 
 
 def _post(m=(1 << 30,), s=(35,), clip=None) -> dict:
@@ -210,6 +215,17 @@ BASE = {
             "padding": ints([1, 1]),
             "dilation": ints([1, 1]),
             "ceil_mode": BoolAttr.from_bool(True),
+        },
+    ),
+    "roi_resize": (
+        npu.RoiResizeOp,
+        [_t("ui8", 1, 8, 6, 1), _t("ui8", 1, 4, 3, 2), _t("si32", 1, 4)],
+        [_t("si8", 1, 5, 7, 3)],
+        {
+            "size": ints([5, 7]),
+            "interpolate_mode": StringAttr("nearest"),
+            "expansion_mode": StringAttr("border"),
+            "pad_value": ints([16, -128]),
         },
     ),
     "max_unpool": (

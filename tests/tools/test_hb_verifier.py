@@ -552,3 +552,39 @@ def test_second_input_is_the_io_removed_models_own_data(resnet, tmp_path, capsys
     # one -i: both models get the float data, which the removed model refuses
     status, _, err = run(capsys, *args, "-i", folder / "x.npy")
     assert status == 2 and "compare models that take the same inputs" in err
+
+
+def test_roi_resize_model_takes_its_three_inputs(tmp_path, capsys):
+    """A conv model behind insert_roi_resize("nv12"): inputs _input_0_y,
+    _input_0_uv and _input_0_roi, given as -i y.npy,uv.npy,roi.npy."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(2)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten())
+    inputs = [torch.rand(1, 3, 6, 8) * 4 - 2 for _ in range(3)]
+    model = export(compile_models.validated(net, inputs, tmp_path), (inputs[0],))
+    node = model.functions[0].inputs[0].insert_transpose(permutes=[0, 3, 1, 2])
+    node = node.insert_image_preprocess("yuvbt601full2rgb", 1, [128.0] * 3, [128.0] * 3)
+    node.insert_roi_resize("nv12", frame=(12, 16))
+    quantized = hbir.convert(model, "nash-e")
+    assert quantized["forward"].inputs.names == [
+        "_input_0_y",
+        "_input_0_uv",
+        "_input_0_roi",
+    ]
+    hbir.save(quantized, tmp_path / "roi_quantized.bc")
+    hbir.compile(quantized, tmp_path / "model.hbm", "nash-e")
+    rng = np.random.default_rng(4)
+    np.save(tmp_path / "y.npy", rng.integers(0, 256, (1, 12, 16, 1), np.uint8))
+    np.save(tmp_path / "uv.npy", rng.integers(0, 256, (1, 6, 8, 2), np.uint8))
+    np.save(tmp_path / "roi.npy", np.array([[-3, 2, 11, 13]], np.int32))
+    status, out, err = run(
+        capsys,
+        "-m",
+        f"{tmp_path}/roi_quantized.bc,{tmp_path}/model.hbm",
+        "-i",
+        f"{tmp_path}/y.npy,{tmp_path}/uv.npy,{tmp_path}/roi.npy",
+    )
+    assert (status, err) == (0, "")
+    assert rows(out)[1][:2] == ["_output_0", "True"] and rows(out)[1][-1] == "True"

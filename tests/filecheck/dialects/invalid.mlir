@@ -223,3 +223,19 @@ func.func @f(%x: tensor<1x4x8x6xsi8>) -> tensor<1x4x4x3xsi8> {
   func.return %i : tensor<1x4x4x3xsi8>
 }
 // CHECK: invalid.mlir:222:3: error: 'hbir.max_pool2d_indices' op the result must be an i64 tensor, got si8
+
+// -----
+
+func.func @f(%y: tensor<1x8x10x1xui8>, %uv: tensor<1x4x5x2xui8>, %roi: tensor<1x4xsi64>) -> tensor<1x4x6x3xsi8> {
+  %a = hbir.roi_resize %y, %uv roi(%roi : tensor<1x4xsi64>) {size = array<i64: 4, 6>, pad_value = array<i64: 0, -128>} : tensor<1x8x10x1xui8>, tensor<1x4x5x2xui8> -> tensor<1x4x6x3xsi8>
+  func.return %a : tensor<1x4x6x3xsi8>
+}
+// CHECK: invalid.mlir:230:3: error: 'hbir.roi_resize' op roi must be tensor<1x4xsi32> (left, top, right, bottom per image), got tensor<1x4xsi64>
+
+// -----
+
+func.func @f(%y: tensor<1x8x10x1xui8>, %roi: tensor<1x4xsi32>) -> tensor<1x4x6x1xsi8> {
+  %a = hbir.roi_resize %y roi(%roi : tensor<1x4xsi32>) {size = array<i64: 4, 6>, mode = "gray", pad_value = array<i64: 0, -128>} : tensor<1x8x10x1xui8> -> tensor<1x4x6x1xsi8>
+  func.return %a : tensor<1x4x6x1xsi8>
+}
+// CHECK: invalid.mlir:238:3: error: 'hbir.roi_resize' op pad_value must be (Y,) bytes in [-128, 255], got (0, -128)

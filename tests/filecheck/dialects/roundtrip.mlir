@@ -227,6 +227,18 @@ func.func @max_unpool(%x: tensor<1x4x8x6xsi8>) -> tensor<1x4x8x6xsi8> {
   func.return %u : tensor<1x4x8x6xsi8>
 }
 
+// The camera resizer: an NV12 frame with a roi, and a gray one (defaults elided).
+// GENERIC-LABEL: "func.func"() <{sym_name = "roi_resize"
+// GENERIC: "hbir.roi_resize"(%y, %uv, %roi) <{size = array<i64: 4, 6>, mode = "nv12", interpolate_mode = "nearest", expansion_mode = "border", pad_value = array<i64: 0, -128>, operandSegmentSizes = array<i32: 1, 1, 1>}>
+// CHECK-LABEL: func.func @roi_resize(
+// CHECK-NEXT: %a = hbir.roi_resize %y, %uv roi(%roi : tensor<1x4xsi32>) {size = array<i64: 4, 6>, interpolate_mode = "nearest", expansion_mode = "border", pad_value = array<i64: 0, -128>} : tensor<1x8x10x1xui8>, tensor<1x4x5x2xui8> -> tensor<1x4x6x3xsi8>
+// CHECK-NEXT: %b = hbir.roi_resize %y roi(%roi : tensor<1x4xsi32>) {size = array<i64: 2, 2>, mode = "gray", pad_value = array<i64: 255>} : tensor<1x8x10x1xui8> -> tensor<1x2x2x1xsi8>
+func.func @roi_resize(%y: tensor<1x8x10x1xui8>, %uv: tensor<1x4x5x2xui8>, %roi: tensor<1x4xsi32>) -> tensor<1x2x2x1xsi8> {
+  %a = hbir.roi_resize %y, %uv roi(%roi : tensor<1x4xsi32>) {size = array<i64: 4, 6>, mode = "nv12", interpolate_mode = "nearest", expansion_mode = "border", pad_value = array<i64: 0, -128>} : tensor<1x8x10x1xui8>, tensor<1x4x5x2xui8> -> tensor<1x4x6x3xsi8>
+  %b = hbir.roi_resize %y roi(%roi : tensor<1x4xsi32>) {size = array<i64: 2, 2>, mode = "gray", pad_value = array<i64: 255>} : tensor<1x8x10x1xui8> -> tensor<1x2x2x1xsi8>
+  func.return %b : tensor<1x2x2x1xsi8>
+}
+
 // Masks and index arithmetic: comparisons (codes, thresholds, two grids), a
 // selection of codes, // and % of i64 indices.
 // GENERIC-LABEL: "func.func"() <{sym_name = "masks"

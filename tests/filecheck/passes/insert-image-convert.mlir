@@ -22,11 +22,11 @@ func.func @gray(%img: tensor<1x5x3x1xsi8> {hbir.name = "img"}) -> tensor<1x5x3x1
 
 // Does not apply to the other functions; invalid inputs reaching the pass.
 // CHECK-LABEL: func.func @float(%img: tensor<1x4x6x3xf32> {hbir.name = "img"})
-// FLOAT: insert_image_convert: function @float, input 'img': the input is tensor<1x4x6x3xf32>; image_convert gives centred si8 codes, so call insert_image_preprocess(..., is_signed=True) on it first
+// FLOAT: insert_image_convert: function @float, input 'img': the input is tensor<1x4x6x3xf32>; the camera input gives centred si8 codes, so call insert_image_preprocess(..., is_signed=True) on it first
 func.func @float(%img: tensor<1x4x6x3xf32> {hbir.name = "img"}) -> tensor<1x4x6x3xf32> {
   func.return %img : tensor<1x4x6x3xf32>
 }
-// ODD: insert_image_convert: function @odd, input 'img': nv12 needs an even height and width (one chroma pair per 2 x 2 pixels), the input is 5 x 6
+// ODD: insert_image_convert: function @odd, input 'img': nv12 needs an even height and width (one chroma pair per 2 x 2 pixels), the frame is 5 x 6
 // MODE: insert_image_convert: function @forward, input 'img': unknown mode 'nv21'; one of ('nv12', 'gray')
 func.func @odd(%img: tensor<1x5x6x3xsi8> {hbir.name = "img"}) -> tensor<1x5x6x3xsi8> {
   func.return %img : tensor<1x5x6x3xsi8>

@@ -85,3 +85,15 @@ builtin.module attributes {hbir.march = "nash-e"} {
     func.return %u : tensor<1x4x8x6xsi8>
   }
 }
+
+// -----
+
+// The camera resizer is one npu instruction on the frame planes and the roi.
+// CHECK-LABEL: func.func @roi_resize
+// CHECK:         %img = npu.roi_resize %y, %uv roi(%roi : tensor<1x4xsi32>) {npu.origin = array<i64: 0>, npu.value_of = 0 : i64, size = array<i64: 4, 6>, interpolate_mode = "nearest", pad_value = array<i64: 0, -128>} : tensor<1x8x10x1xui8>, tensor<1x4x5x2xui8> -> tensor<1x4x6x3xsi8>
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @roi_resize(%y: tensor<1x8x10x1xui8>, %uv: tensor<1x4x5x2xui8>, %roi: tensor<1x4xsi32>) -> tensor<1x4x6x3xsi8> {
+    %img = hbir.roi_resize %y, %uv roi(%roi : tensor<1x4xsi32>) {size = array<i64: 4, 6>, interpolate_mode = "nearest", pad_value = array<i64: 0, -128>} : tensor<1x8x10x1xui8>, tensor<1x4x5x2xui8> -> tensor<1x4x6x3xsi8>
+    func.return %img : tensor<1x4x6x3xsi8>
+  }
+}
