@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import Float16Type, ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
@@ -110,6 +110,44 @@ def _int32_bias(op: Operation, codes: fp.Codes | None) -> bool:
     )
 
 
+class Float16MarchError(HbirOpError):
+    """An fp16 op (the float16 qconfig) on a march without fp16."""
+
+
+def _fp16_op(cast: hbir.CastOp) -> Operation:
+    """The op a rounding to f16 belongs to: the op whose output it rounds, or,
+    rounding a quantized value (an fp16 op's input), the op that reads it."""
+    producer = cast.input.owner
+    if isinstance(producer, Operation) and not isinstance(
+        producer, qnt.ConstFakeQuantOp | qnt.DequantizeOp | hbir.CastOp
+    ):
+        return producer
+    for back in cast.output.uses:  # the cast back to f32, then its first reader
+        readers = {use.operation for use in back.operation.results[0].uses}
+        later = back.operation.next_op
+        while later is not None:
+            if later in readers:
+                return later
+            later = later.next_op
+    return cast
+
+
+def _check_float16(op: Operation, march: MarchLimits) -> None:
+    """Refuse a rounding to f16 (an fp16 op) on a march without fp16."""
+    if not isinstance(op, hbir.CastOp) or 16 in march.float_bits:
+        return
+    if not isinstance(hbir.tensor_type(op.output).element_type, Float16Type):
+        return
+    fp16 = _fp16_op(op)
+    raise Float16MarchError(
+        fp16,
+        fp.where(fp16),
+        f"runs in fp16 (the float16 qconfig) but {march.name} has no fp16 (int8 / "
+        "int16 only): give it an integer dtype, or convert for a march with fp16 "
+        "(nash-p, nash-h)",
+    )
+
+
 def reason(op: Operation, march: MarchLimits) -> str | None:
     """Why ``march`` cannot run ``op`` in fixed point, or None."""
     if isinstance(op, qnt.QuantizeOp | qnt.DequantizeOp | qnt.RequantizeOp):
@@ -141,6 +179,7 @@ class CheckMarchPass(ModulePass):
         march = get_march(self.march)
         for inner in op.walk():
             _check_integer_gemm(inner, march)
+            _check_float16(inner, march)
             why = reason(inner, march)
             if why is not None:
                 inner.attributes[fp.ATTR_DEVICE] = StringAttr("cpu")

@@ -108,7 +108,8 @@ def _float_out(op: Operation, y: torch.Tensor | np.ndarray) -> np.ndarray:
     y = y.numpy() if isinstance(y, torch.Tensor) else np.asarray(y)  # 0-d: scalars
     if isinstance(element, BFloat16Type):
         return _round_bf16(y)
-    return y.astype(numpy_dtype(element), copy=False)
+    with np.errstate(over="ignore"):  # f16: beyond 65520 rounds to inf (IEEE)
+        return y.astype(numpy_dtype(element), copy=False)
 
 
 def _int_out(op: Operation, y: np.ndarray) -> np.ndarray:

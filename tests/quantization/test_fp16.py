@@ -1,0 +1,215 @@
+"""fp16 end to end: ``FakeCast``, the float16 qconfig, ``f16`` in HBIR, convert on
+a march with fp16 (nash-p, nash-h) and the refusal on one without (nash-e), and
+bit identity qat.export.pt -> qat.bc -> quantized.bc -> model.hbm."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from zoo_stages import validated
+
+import hbir
+from hbir.passes.check_march import Float16MarchError
+from hbir.quantization import DeQuantStub, QuantStub, export, get_qconfig, pre_export
+from hbir.quantization.fake_cast import FakeCast
+from hbir.quantization.prepare import UnsupportedOpError
+from hbir.quantization.qconfig import QconfigSetter
+from hbir.quantization.templates import (
+    ConvDtypeTemplate,
+    ModuleNameTemplate,
+    TemplateError,
+)
+
+FP16 = torch.float16
+
+
+def _float32_patterns() -> np.ndarray:
+    """float32 values around every binary16 case: ties (half-way between two
+    halves), subnormals, the largest half and overflow, random bit patterns."""
+    rng = np.random.default_rng(0)
+    halves = np.arange(0, 0x7C00, 7, dtype=np.uint16).view(np.float16)
+    h32 = halves.astype(np.float64)
+    nxt = np.nextafter(halves, np.float16(np.inf)).astype(np.float64)
+    ties = (h32 + nxt) / 2  # exact in float32: one more bit than binary16
+    bits = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
+    randoms = bits.view(np.float32)
+    special = [65504.0, 65519.99, 65520.0, 1e6, 2.0**-24, 2.0**-25, 2.0**-26]
+    values = np.concatenate([h32, ties, ties * (1 + 2**-20), special]).astype(
+        np.float32
+    )
+    values = np.concatenate([values, -values, randoms[np.isfinite(randoms)]])
+    return values
+
+
+def test_fake_cast_rounds_as_ieee_binary16_with_a_straight_through_gradient():
+    x = torch.from_numpy(_float32_patterns()).requires_grad_()
+    y = FakeCast()(x)
+    with np.errstate(over="ignore"):  # to inf, as IEEE says
+        want = x.detach().numpy().astype(np.float16).astype(np.float32)  # RNE
+    assert y.detach().numpy().tobytes() == want.tobytes()
+    assert np.isinf(want).any() and (np.abs(want[np.isfinite(want)]) < 2**-14).any()
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))
+
+
+def test_hbir_cast_to_f16_is_the_same_rounding_in_every_engine():
+    """The interpreter's ``hbir.cast`` f32 -> f16 -> f32 (qat.bc and quantized.bc)
+    against torch's ``.half()``."""
+    from hbir.runtime.interpreter import run_function
+
+    values = _float32_patterns()
+    n = values.size
+    text = (
+        f"func.func @f(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{\n"
+        f"  %h = hbir.cast %x : tensor<{n}xf32> -> tensor<{n}xf16>\n"
+        f"  %y = hbir.cast %h : tensor<{n}xf16> -> tensor<{n}xf32>\n"
+        f"  func.return %y : tensor<{n}xf32>\n}}\n"
+    )
+    m = hbir.Module.parse(text)
+    (got,) = run_function(m.functions[0].op, [values])
+    want = torch.from_numpy(values).half().float().numpy()
+    assert np.asarray(got).tobytes() == want.tobytes()
+
+
+class _Mixed(nn.Module):
+    """int8 convs around fp16 sigmoid / mul / layer norm / silu / softmax / add."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.c1, self.c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+        self.head = _Head()
+
+    def forward(self, x):
+        return self.dequant(self.c2(self.head(self.c1(self.quant(x)))))
+
+
+class _Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln, self.act = nn.LayerNorm(8), nn.SiLU()
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.uniform_(-0.2, 0.2)
+
+    def forward(self, y):
+        y = torch.sigmoid(y) * y
+        y = self.ln(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return torch.softmax(self.act(y), 1) + F.gelu(y)
+
+
+def _fp16_head():
+    return QconfigSetter(get_qconfig(), templates=[ModuleNameTemplate({"head": FP16})])
+
+
+def _prepared(tmp_path, march="nash-p"):
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 6, 6) for _ in range(4)]
+    return validated(_Mixed(), inputs, tmp_path, _fp16_head()), inputs
+
+
+def test_the_float16_qconfig_places_fake_casts_around_the_fp16_ops(tmp_path):
+    qat, _ = _prepared(tmp_path)
+    casts = [n for n, m in qat.named_modules() if isinstance(m, FakeCast)]
+    # one on the conv's output (the fp16 ops' input), one per fp16 op's output
+    assert len(casts) == 1 + 7, casts
+    text = (tmp_path / "model_check_result.txt").read_text()
+    assert "ModuleNameTemplate['head']" in text
+    assert "fp16 value used by an integer op" in text  # c2's generated QuantStub
+
+
+@pytest.mark.parametrize("march", ["nash-p", "nash-h"])
+def test_fp16_ops_are_bit_identical_through_every_stage(tmp_path, march):
+    qat, inputs = _prepared(tmp_path)
+    qat_bc = export(qat, (inputs[0],))
+    asm = qat_bc.module.get_asm()
+    assert asm.count("xf16>") >= 14  # each FakeCast: a cast to f16 and back
+    exported = pre_export(qat)
+    quantized = hbir.convert(qat_bc, march)
+    assert "xf16>" in quantized.module.get_asm()
+    hbir.compile(quantized, str(tmp_path / "model.hbm"), march)
+    hbm = hbir.load(str(tmp_path / "model.hbm"))
+    for x in inputs:
+        feed = {"_input_0": x.numpy()}
+        with torch.no_grad():
+            want = exported(x).numpy()
+        stages = {
+            "qat.bc": qat_bc["forward"].feed(feed)["_output_0"],
+            "quantized.bc": quantized["forward"].feed(feed, reference=True)[
+                "_output_0"
+            ],
+            "quantized.bc fast feed": quantized[0].feed(feed)["_output_0"],
+            "model.hbm": hbm["forward"].feed(feed)["_output_0"],
+        }
+        for stage, got in stages.items():
+            assert np.asarray(got).tobytes() == want.tobytes(), stage
+
+
+def test_fp16_values_are_binary16_in_qat_bc(tmp_path):
+    """Every value a FakeCast made is a binary16 (an f16 round trip leaves it),
+    and an fp16 op's output is its float32 kernel rounded once to binary16:
+    torch's float16 rounding of the float64 sigmoid of the same input, which
+    agrees except on double-rounding ties (none here)."""
+    qat, inputs = _prepared(tmp_path)
+    seen = {}
+
+    def keep(module, args, out):
+        seen[module] = (args[0].detach().clone(), out.detach().clone())
+
+    for m in qat.modules():
+        if isinstance(m, FakeCast):
+            m.register_forward_hook(keep)
+    with torch.no_grad():
+        qat(inputs[0])
+    for _, y in seen.values():
+        assert torch.equal(y, y.half().float())
+    first_in = seen[qat.get_submodule("head._generated_input_fake_cast_0")][1]
+    sig = seen[qat.get_submodule("head._generated_fake_cast_0")][1]
+    want = torch.sigmoid(first_in.double()).half().float()
+    assert torch.equal(sig, want)
+
+
+def test_a_march_without_fp16_refuses_naming_the_op_and_march(tmp_path):
+    qat, inputs = _prepared(tmp_path)
+    qat_bc = export(qat, (inputs[0],))
+    for march in ("nash-e", "nash-m"):
+        with pytest.raises(Float16MarchError) as e:
+            hbir.convert(qat_bc, march)
+        message = str(e.value)
+        assert "'hbir.sigmoid' op runs in fp16" in message, message
+        assert f"{march} has no fp16" in message
+        assert "test_fp16.py" in message  # the torch line of the sigmoid
+
+
+def test_qat_bc_with_f16_prints_parses_and_saves(tmp_path):
+    qat, inputs = _prepared(tmp_path)
+    qat_bc = export(qat, (inputs[0],))
+    text = qat_bc.module.get_asm()
+    again = hbir.Module.parse(text)
+    assert again.module.get_asm() == text
+    hbir.save(qat_bc, str(tmp_path / "qat.bc"))
+    loaded = hbir.load(str(tmp_path / "qat.bc"))
+    feed = {"_input_0": inputs[1].numpy()}
+    a = qat_bc["forward"].feed(feed)["_output_0"]
+    b = loaded["forward"].feed(feed)["_output_0"]
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_float16_on_an_op_without_an_fp16_form_is_refused_by_name(tmp_path):
+    torch.manual_seed(0)
+    inputs = [torch.randn(1, 3, 6, 6)]
+    setter = QconfigSetter(get_qconfig(), module_type={nn.Conv2d: FP16})
+    with pytest.raises(UnsupportedOpError, match="'conv2d' has none"):
+        validated(_Mixed(), inputs, tmp_path, setter)
+
+
+def test_gemm_templates_refuse_float16():
+    with pytest.raises(TemplateError, match="gemm operands are int8 or int16"):
+        ConvDtypeTemplate(input_dtype=FP16)
+
+
+def test_get_qconfig_float16_makes_fake_casts():
+    qconfig = get_qconfig(out_dtype=FP16)
+    assert isinstance(qconfig.activation(), FakeCast)
+    assert str(qconfig.activation) == "float16 FakeCast"
