@@ -51,7 +51,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import dense_array, numpy_dtype, shape_of
 from hbir.errors import HbirError
-from hbir.runtime import integer_ops, kernels, numerics, selection, yuv
+from hbir.runtime import integer_ops, kernels, numerics, op_table, selection, yuv
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -1007,6 +1007,25 @@ def check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         got = f"{y.dtype} {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__
         raise op_error(op, f"produced {got}, expected {dtype} {shape}")
 
+
+def _on_f16(kernel: Kernel) -> Kernel:
+    """An fp16 op (``op_table.FP16_OPS``; convert-fp16): its ``f16`` operands
+    widened to float32 (exact), the float32 kernel, the result rounded once to
+    its ``f16`` type by ``_float_out`` (half to even, overflow to inf) -- the
+    numbers ``qat.bc`` computes between its casts."""
+
+    @functools.wraps(kernel)  # keeps the signature (``rounding``)
+    def run(op: Operation, *args: np.ndarray, **kwargs) -> tuple[np.ndarray, ...]:
+        wide = (a.astype(np.float32) if a.dtype == np.float16 else a for a in args)
+        return kernel(op, *wide, **kwargs)
+
+    return run
+
+
+_FP16 = {op_table.BY_OP[op].hbir for op in op_table.FP16_OPS}
+_HBIR_QNT_KERNELS |= {
+    cls: _on_f16(k) for cls, k in _HBIR_QNT_KERNELS.items() if cls.name in _FP16
+}
 
 # The npu dialect's kernels (runtime/npu_kernels.py, which imports this module
 # for its engines: imported last).
