@@ -37,6 +37,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     BytesAttr,
     DenseIntOrFPElementsAttr,
+    Float16Type,
     IntegerType,
     ModuleOp,
     StringAttr,
@@ -79,6 +80,18 @@ def erase(op: Operation) -> None:
 def _is_int(value: SSAValue) -> bool:
     t = value.type
     return isinstance(t, TensorType) and isinstance(t.element_type, IntegerType)
+
+
+# An fp16 op (convert-fp16) runs on the CPU, bit-exact, until the npu has fp16
+# instructions (docs/compile.md).
+FP16_REASON = "fp16 (no npu fp16 instruction yet)"
+
+
+def _is_fp16(op: Operation) -> bool:
+    return any(
+        isinstance(r.type, TensorType) and isinstance(r.type.element_type, Float16Type)
+        for r in op.results
+    )
 
 
 def _all_int(op: Operation) -> bool:
@@ -518,7 +531,9 @@ def cpu_reason(op: Operation) -> str | None:
         return op.name.split(".")[1]
     why = op.attributes.get(ATTR_CPU_REASON)
     if op_device(op) == "cpu" or not _all_int(op):
-        return why.data if isinstance(why, StringAttr) else "float"
+        if isinstance(why, StringAttr):
+            return why.data
+        return FP16_REASON if _is_fp16(op) else "float"
     if _EXACT in op.attributes:
         return "marked qnt.exact"
     if type(op) in RULES:
