@@ -51,7 +51,7 @@ from hbir.dialects import hbir, npu, qnt
 from hbir.dialects.hbir import i64_attr, ints, shape_of
 from hbir.dialects.op_ids import op_ids
 from hbir.errors import HbirError
-from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
+from hbir.passes.fixed_point import ATTR_CPU_REASON, ATTR_DEVICE, op_device
 from hbir.runtime import op_table
 
 NHWC = (0, 2, 3, 1)
@@ -82,16 +82,19 @@ def _is_int(value: SSAValue) -> bool:
     return isinstance(t, TensorType) and isinstance(t.element_type, IntegerType)
 
 
-# An fp16 op (convert-fp16) runs on the CPU, bit-exact, until the npu has fp16
-# instructions (docs/compile.md).
+# An fp16 op (convert-fp16) other than npu.fp16_map's runs on the CPU, bit-exact,
+# until the npu has its fp16 instruction (docs/compile.md).
 FP16_REASON = "fp16 (no npu fp16 instruction yet)"
 
 
-def _is_fp16(op: Operation) -> bool:
-    return any(
-        isinstance(r.type, TensorType) and isinstance(r.type.element_type, Float16Type)
-        for r in op.results
+def _is_fp16_value(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and isinstance(
+        v.type.element_type, Float16Type
     )
+
+
+def _is_fp16(op: Operation) -> bool:
+    return any(_is_fp16_value(r) for r in op.results)
 
 
 def _all_int(op: Operation) -> bool:
@@ -234,6 +237,37 @@ def _lut(op: hbir.LutOp):
         operands=[op.input],
         result_types=[op.output.type],
         properties=dict(op.properties),
+    )
+    return [c], [c.output]
+
+
+# fp16 ops with an npu instruction (npu.fp16_map), by hbir op name: the function
+_FP16_MAP = {
+    "hbir.sigmoid": "sigmoid",
+    "hbir.tanh": "tanh",
+    "hbir.exp": "exp",
+    "hbir.silu": "silu",
+    "hbir.gelu": "gelu",
+}
+
+
+def _fp16_function(op: Operation) -> str | None:
+    """The fp16_map function of an fp16 op of one operand (f16 in, f16 out)."""
+    function = _FP16_MAP.get(op.name)
+    if function is None or not _is_fp16(op) or len(op.operands) != 1:
+        return None
+    if not _is_fp16_value(op.operands[0]):
+        return None
+    if isinstance(op, hbir.GeluOp) and op.approximate.data == "tanh":
+        return "gelu_tanh"
+    return function
+
+
+def _fp16_map(op: Operation):
+    c = npu.Fp16MapOp.create(
+        operands=[op.operands[0]],
+        result_types=[op.results[0].type],
+        properties={"function": StringAttr(_fp16_function(op))},
     )
     return [c], [c.output]
 
@@ -530,6 +564,8 @@ def cpu_reason(op: Operation) -> str | None:
     if isinstance(op, qnt.QuantizeOp | qnt.DequantizeOp):
         return op.name.split(".")[1]
     why = op.attributes.get(ATTR_CPU_REASON)
+    if ATTR_DEVICE not in op.attributes and _fp16_function(op) is not None:
+        return None  # npu.fp16_map
     if op_device(op) == "cpu" or not _all_int(op):
         if isinstance(why, StringAttr):
             return why.data
@@ -671,7 +707,8 @@ def lower_function(f: func.FuncOp) -> None:
             erase(op)
             continue
         reason = cpu_reason(op)
-        lowered = None if reason else RULES[type(op)](op)
+        rule = _fp16_map if _fp16_function(op) is not None else RULES.get(type(op))
+        lowered = None if reason else rule(op)
         if lowered is None:
             island.append(op)
             continue

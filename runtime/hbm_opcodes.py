@@ -336,6 +336,24 @@ def _check_cast(ins, code):
     _same_shape(ins, code)
 
 
+# fp16_map's functions: an fp16 op (the float16 qconfig) of one operand
+FP16_FUNCTIONS = ("sigmoid", "tanh", "exp", "silu", "gelu", "gelu_tanh")
+
+
+def _check_fp16_map(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(
+        x.dtype == "float16" and y.dtype == "float16",
+        f"fp16_map takes and gives float16, got {x.dtype} -> {y.dtype}",
+    )
+    _need(
+        ins.fields["function"] in FP16_FUNCTIONS,
+        f"fp16_map function {ins.fields['function']!r} is not one of "
+        f"{', '.join(FP16_FUNCTIONS)}",
+    )
+    _same_shape(ins, code)
+
+
 def _check_lut(ins, code):
     (x,), (y,) = _ops(ins, code)
     _need(x.dtype == "int8", f"a direct table takes int8, got {x.dtype}")
@@ -819,6 +837,8 @@ OPCODES: tuple[Opcode, ...] = (
         _check_max_pool_indices,
     ),
     Opcode(27, "max_unpool", 2, 1, "dte", (("size", "i64[]"),), _check_max_unpool),
+    # an fp16 op of one operand: float32 kernel, rounded once to binary16
+    Opcode(28, "fp16_map", 1, 1, "vae", (("function", "str"),), _check_fp16_map),
     # NHWC input, N x Ho x Wo x 2 grid codes; the exact int32 weighted sums
     Opcode(
         23,
