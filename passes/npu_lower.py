@@ -52,7 +52,7 @@ from hbir.dialects.hbir import i64_attr, ints, shape_of
 from hbir.dialects.op_ids import op_ids
 from hbir.errors import HbirError
 from hbir.passes.fixed_point import ATTR_CPU_REASON, ATTR_DEVICE, op_device
-from hbir.runtime import op_table
+from hbir.runtime import hbm_opcodes, op_table
 
 NHWC = (0, 2, 3, 1)
 NCHW = (0, 3, 1, 2)
@@ -241,26 +241,13 @@ def _lut(op: hbir.LutOp):
     return [c], [c.output]
 
 
-# fp16 ops with an npu instruction (npu.fp16_map), by hbir op name: the function
-_FP16_MAP = {
-    "hbir.sigmoid": "sigmoid",
-    "hbir.tanh": "tanh",
-    "hbir.exp": "exp",
-    "hbir.silu": "silu",
-    "hbir.gelu": "gelu",
-}
-
-
 def _fp16_function(op: Operation) -> str | None:
     """The fp16_map function of an fp16 op of one operand (f16 in, f16 out)."""
-    function = _FP16_MAP.get(op.name)
-    if function is None or not _is_fp16(op) or len(op.operands) != 1:
+    if not _is_fp16(op) or len(op.operands) != 1:
         return None
     if not _is_fp16_value(op.operands[0]):
         return None
-    if isinstance(op, hbir.GeluOp) and op.approximate.data == "tanh":
-        return "gelu_tanh"
-    return function
+    return hbm_opcodes.fp16_function(op.name, getattr(op, "approximate", None))
 
 
 def _fp16_map(op: Operation):

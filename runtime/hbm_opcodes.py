@@ -336,8 +336,26 @@ def _check_cast(ins, code):
     _same_shape(ins, code)
 
 
-# fp16_map's functions: an fp16 op (the float16 qconfig) of one operand
-FP16_FUNCTIONS = ("sigmoid", "tanh", "exp", "silu", "gelu", "gelu_tanh")
+# fp16_map's functions: an fp16 op (the float16 qconfig) of one operand, by the
+# hbir op it computes (npu-lower's rule; the interpreter's f16 kernel); a gelu
+# with ``approximate = "tanh"`` is ``gelu_tanh``
+FP16_MAP_OPS = {
+    "hbir.sigmoid": "sigmoid",
+    "hbir.tanh": "tanh",
+    "hbir.exp": "exp",
+    "hbir.silu": "silu",
+    "hbir.gelu": "gelu",
+}
+FP16_FUNCTIONS = (*FP16_MAP_OPS.values(), "gelu_tanh")
+
+
+def fp16_function(hbir_op: str, approximate=None) -> str | None:
+    """The fp16_map function computing ``hbir_op`` (its gelu ``approximate``
+    attribute, if any), or None."""
+    function = FP16_MAP_OPS.get(hbir_op)
+    if function == "gelu" and getattr(approximate, "data", approximate) == "tanh":
+        return "gelu_tanh"
+    return function
 
 
 def _check_fp16_map(ins, code):
