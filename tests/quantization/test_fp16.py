@@ -15,7 +15,16 @@ import hbir
 from hbir.compile import lower_to_npu
 from hbir.passes.check_march import Float16MarchError
 from hbir.passes.npu_lower import FP16_REASON
-from hbir.quantization import DeQuantStub, QuantStub, export, get_qconfig, pre_export
+from hbir.quantization import (
+    DeQuantStub,
+    FakeQuantState,
+    QuantStub,
+    export,
+    get_qconfig,
+    pre_export,
+    prepare,
+    set_fake_quantize,
+)
 from hbir.quantization.fake_cast import FakeCast
 from hbir.quantization.prepare import UnsupportedOpError
 from hbir.quantization.qconfig import QconfigSetter
@@ -269,3 +278,63 @@ def test_fp16_map_against_float64_rounded_to_binary16(function):
     count, most = F64_AGREEMENT[function]
     assert bad.sum() == count
     assert steps[bad].max(initial=0) == most
+
+
+class _DigitsSilu(nn.Module):
+    """Two convs and a linear with SiLU and layer-norm'd features between."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant, self.dequant = QuantStub(), DeQuantStub()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+        self.act1, self.act2 = nn.SiLU(), nn.SiLU()
+        self.fc = nn.Linear(32 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = self.act1(self.conv1(self.quant(x)))
+        x = self.act2(self.conv2(x))
+        return self.dequant(self.fc(x.flatten(1)))
+
+
+def test_digits_with_fp16_activations_is_at_least_as_accurate_as_int8(tmp_path):
+    """Real data (scikit-learn's digits): the activations in fp16 (the J6 guide's
+    advice for J6P / J6H) against int8 tables, after the same calibration and
+    QAT; the fp16 model then converts for nash-p and equals its qat.bc."""
+    import importlib.util
+    from pathlib import Path
+
+    pytest.importorskip("sklearn.datasets")
+    path = Path(__file__).with_name("test_digits.py")  # its data and training loop
+    spec = importlib.util.spec_from_file_location("digits_helpers", path)
+    digits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(digits)
+    train, test = digits._data()
+    torch.manual_seed(0)
+    model = _DigitsSilu()
+    digits._train(model.train(), train, epochs=10, lr=3e-3, seed=1)
+    accuracy = {}
+    fp16_acts = ModuleNameTemplate({"act1": FP16, "act2": FP16})
+    setters = {"int8": QconfigSetter(get_qconfig())}
+    setters["fp16"] = QconfigSetter(get_qconfig(), templates=[fp16_acts])
+    for name, setter in setters.items():
+        qat = prepare(model, train[0][:8], setter, out_dir=tmp_path)
+        qat.eval()
+        set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+        with torch.no_grad():
+            for batch in train[0].split(128):
+                qat(batch)
+        qat.train()
+        set_fake_quantize(qat, FakeQuantState.QAT)
+        digits._train(qat, train, epochs=2, lr=1e-4, seed=2)
+        qat.eval()
+        set_fake_quantize(qat, FakeQuantState.VALIDATION)
+        accuracy[name] = digits._accuracy(qat, test)
+    print(f"digits: {accuracy}")
+    assert accuracy["fp16"] >= accuracy["int8"]
+    qat_bc = export(qat, (test[0][:1],))
+    quantized = hbir.convert(qat_bc, "nash-p")
+    feed = {"_input_0": test[0][:64].numpy()}  # a batch of the exported 1
+    a = qat_bc["forward"].feed(feed)["_output_0"]
+    b = quantized["forward"].feed(feed)["_output_0"]
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
