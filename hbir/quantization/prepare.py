@@ -752,13 +752,8 @@ class _GraphBuilder:
         if node.op == "call_module":
             name, keys = node.target, [type(module), rule.op]
         else:
-            name, keys = (
-                self._peek_generated_name(node, rule.op),
-                [
-                    node.target,
-                    rule.op,
-                ],
-            )
+            name = self._peek_generated_name(node, rule.op)
+            keys = [node.target, rule.op]
         qconfig, source = self.setter.resolve(name, keys)
         if not qconfig.activation.is_float16:
             return None
