@@ -507,6 +507,24 @@ class CastOp(MapOp):
 
 
 @irdl_op_definition
+class Fp16MapOp(MapOp):
+    """An fp16 op of one operand (VAE; the float16 qconfig on nash-p / nash-h):
+    ``function`` (sigmoid, tanh, exp, silu, gelu, gelu_tanh) computed in float32
+    on the widened binary16 input, the result rounded once to binary16 (half to
+    even, overflow to inf).
+
+    ``%y = npu.fp16_map %x {function = "sigmoid"} : tensor<4xf16> -> tensor<4xf16>``
+    """
+
+    name = "npu.fp16_map"
+
+    function = prop_def(StringAttr)
+
+    def opcode_fields(self) -> tuple[str, dict]:
+        return "fp16_map", {"function": self.function.data}
+
+
+@irdl_op_definition
 class LutOp(LutProperties, MapOp):
     """Table lookup on codes (VAE): the properties and semantics of ``hbir.lut``
     (an int8 ``table``, or the segmented table's fields).
@@ -1110,6 +1128,7 @@ NPU = Dialect(
         EltwiseOp,
         RescaleOp,
         CastOp,
+        Fp16MapOp,
         LutOp,
         ReduceOp,
         PoolOp,

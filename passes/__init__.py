@@ -39,6 +39,7 @@ _OURS: dict[str, tuple[str, str]] = {
     "convert-pool": ("hbir.passes.convert_pool", "ConvertPoolPass"),
     "convert-lut": ("hbir.passes.convert_lut", "ConvertLutPass"),
     "fold-requantize": ("hbir.passes.fold_requantize", "FoldRequantizePass"),
+    "convert-fp16": ("hbir.passes.convert_fp16", "ConvertFp16Pass"),
     "convert": ("hbir.passes.convert", "ConvertPass"),
     "remove-fake-quant": ("hbir.passes.remove_fake_quant", "RemoveFakeQuantPass"),
     "npu-lower": ("hbir.passes.npu_lower", "NpuLowerPass"),

@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import AnyFloat, ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    Float16Type,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
@@ -39,7 +45,7 @@ from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import shape_of
 from hbir.errors import HbirOpError
 from hbir.passes import fixed_point as fp
-from hbir.passes.march import MarchLimits, get_march
+from hbir.passes.march import MARCHES, MarchLimits, get_march
 from hbir.runtime import op_table
 
 _GEMMS = hbir.ops_lowered_as(op_table.GEMM)
@@ -75,8 +81,25 @@ def check_support(module: ModuleOp, march: MarchLimits) -> None:
         if isinstance(op, ModuleOp | FuncOp):
             continue
         why = march.lacks(op.name, _float_types(op))
-        if why is not None:
-            raise MarchSupportError(op, fp.where(op), why)
+        if why is None:
+            continue
+        if _rounds_to_f16(op):  # a FakeCast's rounding: name the op it serves
+            fp16 = _fp16_op(op)
+            raise Float16MarchError(
+                fp16,
+                fp.where(fp16),
+                f"runs in fp16 (the float16 qconfig) but {march.name} has no fp16 "
+                f"({'/'.join(f'int{b}' for b in march.operand_bits)} only): give it "
+                "an integer dtype, or convert for a march with fp16 "
+                f"({', '.join(m for m, x in MARCHES.items() if 16 in x.float_bits)})",
+            )
+        raise MarchSupportError(op, fp.where(op), why)
+
+
+def _rounds_to_f16(op: Operation) -> bool:
+    return isinstance(op, hbir.CastOp) and isinstance(
+        hbir.tensor_type(op.output).element_type, Float16Type
+    )
 
 
 def _codes(value) -> fp.Codes | None:
@@ -146,6 +169,28 @@ def _int32_bias(op: Operation, codes: fp.Codes | None) -> bool:
         and codes.bits == 32
         and isinstance(codes.codes.owner, hbir.ConstantOp)
     )
+
+
+class Float16MarchError(MarchSupportError):
+    """An fp16 op (the float16 qconfig) on a march without fp16."""
+
+
+def _fp16_op(cast: hbir.CastOp) -> Operation:
+    """The op a rounding to f16 belongs to: the op whose output it rounds, or,
+    rounding a quantized value (an fp16 op's input), the op that reads it."""
+    producer = cast.input.owner
+    if isinstance(producer, Operation) and not isinstance(
+        producer, qnt.ConstFakeQuantOp | qnt.DequantizeOp | hbir.CastOp
+    ):
+        return producer
+    for back in cast.output.uses:  # the cast back to f32, then its first reader
+        readers = {use.operation for use in back.operation.results[0].uses}
+        later = back.operation.next_op
+        while later is not None:
+            if later in readers:
+                return later
+            later = later.next_op
+    return cast
 
 
 def reason(op: Operation, march: MarchLimits) -> str | None:

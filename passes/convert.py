@@ -55,6 +55,7 @@ from xdsl.passes import ModulePass
 from hbir.errors import HbirError
 from hbir.passes.check_march import CheckMarchPass
 from hbir.passes.convert_elementwise import ConvertElementwisePass
+from hbir.passes.convert_fp16 import ConvertFp16Pass
 from hbir.passes.convert_gemm import ConvertGemmPass
 from hbir.passes.convert_image_preprocess import ConvertImagePreprocessPass
 from hbir.passes.convert_lut import ConvertLutPass
@@ -77,6 +78,7 @@ def sub_passes(march: str) -> list[ModulePass]:
         ConvertLutPass(),
         SinkDequantizePass(),
         FoldRequantizePass(),
+        ConvertFp16Pass(),
         ConvertImagePreprocessPass(),
         FoldConstantsPass(),
     ]

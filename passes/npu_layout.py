@@ -113,6 +113,7 @@ _FLEXIBLE = (
     npu.RescaleOp,
     npu.EltwiseOp,
     npu.CastOp,
+    npu.Fp16MapOp,
     npu.LutOp,
     npu.ReduceOp,
     npu.ConcatOp,

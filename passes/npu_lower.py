@@ -37,6 +37,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     BytesAttr,
     DenseIntOrFPElementsAttr,
+    Float16Type,
     IntegerType,
     ModuleOp,
     StringAttr,
@@ -50,8 +51,8 @@ from hbir.dialects import hbir, npu, qnt
 from hbir.dialects.hbir import i64_attr, ints, shape_of
 from hbir.dialects.op_ids import op_ids
 from hbir.errors import HbirError
-from hbir.passes.fixed_point import ATTR_CPU_REASON, op_device
-from hbir.runtime import op_table
+from hbir.passes.fixed_point import ATTR_CPU_REASON, ATTR_DEVICE, op_device
+from hbir.runtime import hbm_opcodes, op_table
 
 NHWC = (0, 2, 3, 1)
 NCHW = (0, 3, 1, 2)
@@ -79,6 +80,21 @@ def erase(op: Operation) -> None:
 def _is_int(value: SSAValue) -> bool:
     t = value.type
     return isinstance(t, TensorType) and isinstance(t.element_type, IntegerType)
+
+
+# An fp16 op (convert-fp16) other than npu.fp16_map's runs on the CPU, bit-exact,
+# until the npu has its fp16 instruction (docs/compile.md).
+FP16_REASON = "fp16 (no npu fp16 instruction yet)"
+
+
+def _is_fp16_value(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and isinstance(
+        v.type.element_type, Float16Type
+    )
+
+
+def _is_fp16(op: Operation) -> bool:
+    return any(_is_fp16_value(r) for r in op.results)
 
 
 def _all_int(op: Operation) -> bool:
@@ -221,6 +237,24 @@ def _lut(op: hbir.LutOp):
         operands=[op.input],
         result_types=[op.output.type],
         properties=dict(op.properties),
+    )
+    return [c], [c.output]
+
+
+def _fp16_function(op: Operation) -> str | None:
+    """The fp16_map function of an fp16 op of one operand (f16 in, f16 out)."""
+    if not _is_fp16(op) or len(op.operands) != 1:
+        return None
+    if not _is_fp16_value(op.operands[0]):
+        return None
+    return hbm_opcodes.fp16_function(op.name, getattr(op, "approximate", None))
+
+
+def _fp16_map(op: Operation):
+    c = npu.Fp16MapOp.create(
+        operands=[op.operands[0]],
+        result_types=[op.results[0].type],
+        properties={"function": StringAttr(_fp16_function(op))},
     )
     return [c], [c.output]
 
@@ -520,8 +554,12 @@ def cpu_reason(op: Operation) -> str | None:
     if isinstance(op, qnt.QuantizeOp | qnt.DequantizeOp):
         return op.name.split(".")[1]
     why = op.attributes.get(ATTR_CPU_REASON)
+    if ATTR_DEVICE not in op.attributes and _fp16_function(op) is not None:
+        return None  # npu.fp16_map
     if op_device(op) == "cpu" or not _all_int(op):
-        return why.data if isinstance(why, StringAttr) else "float"
+        if isinstance(why, StringAttr):
+            return why.data
+        return FP16_REASON if _is_fp16(op) else "float"
     if _EXACT in op.attributes:
         return "marked qnt.exact"
     if type(op) in RULES:
@@ -659,7 +697,8 @@ def lower_function(f: func.FuncOp) -> None:
             erase(op)
             continue
         reason = cpu_reason(op)
-        lowered = None if reason else RULES[type(op)](op)
+        rule = _fp16_map if _fp16_function(op) is not None else RULES.get(type(op))
+        lowered = None if reason else rule(op)
         if lowered is None:
             island.append(op)
             continue

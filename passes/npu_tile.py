@@ -124,7 +124,9 @@ def _tileable(op: Operation) -> int | None:
         return 1
     if isinstance(op, npu.GemmOp):
         return len(out) - 2 if len(shape_of(op.input)) == len(out) else None
-    if isinstance(op, npu.EltwiseOp | npu.RescaleOp | npu.CastOp | npu.LutOp):
+    if isinstance(
+        op, npu.EltwiseOp | npu.RescaleOp | npu.CastOp | npu.LutOp | npu.Fp16MapOp
+    ):
         axis = getattr(op, "axis", None)
         if axis is not None and axis.value.data % len(out) == 1:
             return None

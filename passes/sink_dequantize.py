@@ -386,7 +386,10 @@ class QuantizeIntoConcat(RewritePattern):
 
 
 class FoldCastIntoDequantize(RewritePattern):
-    """cast(dequantize(q)) between float types -> dequantize(q) of the cast type."""
+    """cast(dequantize(q)) to float32 or float64 -> dequantize(q) of the cast type.
+
+    Not a cast to f16 / bf16: that rounds the float32 value (an fp16 op's input,
+    the FakeCast of the float16 qconfig), which a dequantize does not."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: hbir.CastOp, rewriter: PatternRewriter) -> None:
@@ -395,6 +398,8 @@ class FoldCastIntoDequantize(RewritePattern):
             return
         out = tensor_type(op.output)
         if not isinstance(out, TensorType) or not hbir.is_float(out):
+            return
+        if out.element_type.bitwidth < 32:
             return
         rewriter.replace(op, _dequantize(op, codes, codes.codes, codes.axis))
 

@@ -336,6 +336,42 @@ def _check_cast(ins, code):
     _same_shape(ins, code)
 
 
+# fp16_map's functions: an fp16 op (the float16 qconfig) of one operand, by the
+# hbir op it computes (npu-lower's rule; the interpreter's f16 kernel); a gelu
+# with ``approximate = "tanh"`` is ``gelu_tanh``
+FP16_MAP_OPS = {
+    "hbir.sigmoid": "sigmoid",
+    "hbir.tanh": "tanh",
+    "hbir.exp": "exp",
+    "hbir.silu": "silu",
+    "hbir.gelu": "gelu",
+}
+FP16_FUNCTIONS = (*FP16_MAP_OPS.values(), "gelu_tanh")
+
+
+def fp16_function(hbir_op: str, approximate=None) -> str | None:
+    """The fp16_map function computing ``hbir_op`` (its gelu ``approximate``
+    attribute, if any), or None."""
+    function = FP16_MAP_OPS.get(hbir_op)
+    if function == "gelu" and getattr(approximate, "data", approximate) == "tanh":
+        return "gelu_tanh"
+    return function
+
+
+def _check_fp16_map(ins, code):
+    (x,), (y,) = _ops(ins, code)
+    _need(
+        x.dtype == "float16" and y.dtype == "float16",
+        f"fp16_map takes and gives float16, got {x.dtype} -> {y.dtype}",
+    )
+    _need(
+        ins.fields["function"] in FP16_FUNCTIONS,
+        f"fp16_map function {ins.fields['function']!r} is not one of "
+        f"{', '.join(FP16_FUNCTIONS)}",
+    )
+    _same_shape(ins, code)
+
+
 def _check_lut(ins, code):
     (x,), (y,) = _ops(ins, code)
     _need(x.dtype == "int8", f"a direct table takes int8, got {x.dtype}")
@@ -864,6 +900,8 @@ OPCODES: tuple[Opcode, ...] = (
         ),
         _check_roi_resize,
     ),
+    # an fp16 op of one operand: float32 kernel, rounded once to binary16
+    Opcode(29, "fp16_map", 1, 1, "vae", (("function", "str"),), _check_fp16_map),
     # NHWC input, N x Ho x Wo x 2 grid codes; the exact int32 weighted sums
     Opcode(
         23,

@@ -51,7 +51,15 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from hbir.dialects import hbir, qnt
 from hbir.dialects.hbir import dense_array, numpy_dtype, shape_of
 from hbir.errors import HbirError
-from hbir.runtime import integer_ops, kernels, numerics, selection, yuv
+from hbir.runtime import (
+    hbm_opcodes,
+    integer_ops,
+    kernels,
+    numerics,
+    op_table,
+    selection,
+    yuv,
+)
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -108,7 +116,8 @@ def _float_out(op: Operation, y: torch.Tensor | np.ndarray) -> np.ndarray:
     y = y.numpy() if isinstance(y, torch.Tensor) else np.asarray(y)  # 0-d: scalars
     if isinstance(element, BFloat16Type):
         return _round_bf16(y)
-    return y.astype(numpy_dtype(element), copy=False)
+    with np.errstate(over="ignore"):  # f16: beyond 65520 rounds to inf (IEEE)
+        return y.astype(numpy_dtype(element), copy=False)
 
 
 def _int_out(op: Operation, y: np.ndarray) -> np.ndarray:
@@ -1022,6 +1031,29 @@ def check_result(op: Operation, value: SSAValue, y: np.ndarray) -> None:
         got = f"{y.dtype} {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__
         raise op_error(op, f"produced {got}, expected {dtype} {shape}")
 
+
+def _on_f16(kernel: Kernel) -> Kernel:
+    """An fp16 op (``op_table.FP16_OPS``; convert-fp16): its ``f16`` operands
+    widened to float32 (exact), the float32 kernel, the result rounded once to
+    its ``f16`` type by ``_float_out`` (half to even, overflow to inf) -- the
+    numbers ``qat.bc`` computes between its casts. An op ``npu.fp16_map``
+    computes runs that instruction's own function (``kernels.fp16_unary``)."""
+
+    @functools.wraps(kernel)  # keeps the signature (``rounding``)
+    def run(op: Operation, *args: np.ndarray, **kwargs) -> tuple[np.ndarray, ...]:
+        function = hbm_opcodes.fp16_function(op.name, getattr(op, "approximate", None))
+        if function is not None and args[0].dtype == np.float16 and len(args) == 1:
+            return (kernels.fp16_unary(function, args[0]),)  # npu.fp16_map's own
+        wide = (a.astype(np.float32) if a.dtype == np.float16 else a for a in args)
+        return kernel(op, *wide, **kwargs)
+
+    return run
+
+
+_FP16 = {op_table.BY_OP[op].hbir for op in op_table.FP16_OPS}
+_HBIR_QNT_KERNELS |= {
+    cls: _on_f16(k) for cls, k in _HBIR_QNT_KERNELS.items() if cls.name in _FP16
+}
 
 # The npu dialect's kernels (runtime/npu_kernels.py, which imports this module
 # for its engines: imported last).

@@ -739,3 +739,25 @@ class FakeQuantizer:
             v -= self.zp
         v *= self.scale
         return v
+
+
+# ------------------------------------------------------------------ fp16
+
+# An fp16 op of one operand (npu ``fp16_map``; hbm_opcodes.FP16_FUNCTIONS): the
+# torch function the float model calls, in float32.
+FP16_UNARY = {
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "exp": torch.exp,
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+}
+
+
+def fp16_unary(function: str, x: np.ndarray) -> np.ndarray:
+    """``function`` of binary16 values: widened to float32 (exact), the float32
+    kernel, rounded once to binary16 (half to even, overflow to inf)."""
+    y = FP16_UNARY[function](torch.from_numpy(np.asarray(x, np.float32)))
+    with np.errstate(over="ignore"):
+        return y.numpy().astype(np.float16)

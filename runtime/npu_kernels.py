@@ -287,6 +287,10 @@ def cast(f: Fields, out: Out, x) -> np.ndarray:
     return np.clip(x.astype(np.int64), int(info.min), int(info.max)).astype(out[1])
 
 
+def fp16_map(f: Fields, out: Out, x) -> np.ndarray:
+    return kernels.fp16_unary(f["function"], x)
+
+
 def lut(f: Fields, out: Out, x) -> np.ndarray:
     table = f.get("_entries")
     if table is not None:  # prepared: int8 codes as unsigned indices, no int64
@@ -442,6 +446,7 @@ COMPUTE: dict[str, Callable[..., np.ndarray]] = {
     "rescale": rescale,
     "reduce": reduce,
     "cast": cast,
+    "fp16_map": fp16_map,
     "lut": lut,
     "lut_segmented": lut_segmented,
     "pool": pool,

@@ -601,6 +601,17 @@ CPU_REASONS: dict[str, str] = _cpu_reasons()
 # prepare's op name -> entry
 BY_OP: dict[str, OpEntry] = {e.op: e for e in OPS}
 
+# The ops with an fp16 form (prepare's names), for a march with fp16
+# (``MarchLimits.float_bits``): the non-gemm ops the J6 guide advises running in
+# fp16 on J6P / J6H. Each computes its float32 kernel on binary16 inputs and
+# rounds its result to binary16 (docs/quantization.md, fp16); the float16 qconfig
+# on any other op is refused by prepare, naming it.
+FP16_OPS = frozenset(
+    {"add", "sub", "mul", "sigmoid", "tanh", "exp", "gelu", "silu", "softmax"}
+    | {"layer_norm"}
+)
+assert FP16_OPS <= set(BY_OP), FP16_OPS - set(BY_OP)
+
 
 def ops_lowered_as(lowering: str) -> tuple[str, ...]:
     """The hbir op names whose convert lowering is ``lowering``."""

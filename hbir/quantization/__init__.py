@@ -17,7 +17,15 @@ import types
 
 from hbir.quantization.consistency import ConsistencyStrategy
 from hbir.quantization.distributed import ObserverStateError
-from hbir.quantization.dtypes import QuantDType, qint8, qint16, qint32
+from hbir.quantization.dtypes import (
+    FloatDType,
+    QuantDType,
+    float16,
+    qint8,
+    qint16,
+    qint32,
+)
+from hbir.quantization.fake_cast import FakeCast
 from hbir.quantization.fake_quantize import FakeQuantize, fake_quantize
 from hbir.quantization.image import (
     BgrToYuv444,
@@ -91,6 +99,7 @@ __all__ = [
     "ExportError",
     "FakeQuantSpec",
     "FakeQuantState",
+    "FakeCast",
     "FakeQuantize",
     "FixedScaleObserver",
     "HistogramObserver",
@@ -103,6 +112,7 @@ __all__ = [
     "PrepareError",
     "QConfig",
     "QconfigSetter",
+    "FloatDType",
     "QuantDType",
     "QuantOptions",
     "QuantStub",
@@ -118,6 +128,7 @@ __all__ = [
     "prepare",
     "qint16",
     "qint32",
+    "float16",
     "qint8",
     "set_fake_quantize",
     "set_round_mode",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from torch import fx
 
+from hbir.quantization.fake_cast import FakeCast
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.fusion import Unfused
 from hbir.quantization.qat_modules import QATModule
@@ -211,7 +212,12 @@ def applied_rules(gm: fx.GraphModule, report: Report) -> dict[str, list[str]]:
     """Each qconfig rule -> the QAT modules it set (a module's source is the
     ``" + "``-joined labels of every rule that set it)."""
     applied: dict[str, list[str]] = {label: [] for label in report.rule_labels}
-    for name, _ in _qat_modules(gm):
+    fp16 = [  # an fp16 op's output FakeCast carries the rule that made it fp16
+        n.target
+        for n in gm.graph.nodes
+        if n.op == "call_module" and isinstance(gm.get_submodule(n.target), FakeCast)
+    ]
+    for name in [name for name, _ in _qat_modules(gm)] + fp16:
         for label in report.sources.get(name, "default").split(" + "):
             applied.setdefault(label.split(" (")[0], []).append(name)
     return applied

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from xdsl.dialects.builtin import Float16Type
 from xdsl.ir import Operation, SSAValue
 
 from hbir.dialects import hbir as hb
@@ -26,6 +27,7 @@ from hbir.quantization import op_rules, stubs
 from hbir.quantization import qat_modules as qat
 from hbir.quantization.dtypes import qint32
 from hbir.quantization.export import Exporter, Unsupported, _is_number_value
+from hbir.quantization.fake_cast import FakeCast
 from hbir.quantization.options import current_options, using
 from hbir.quantization.spellings import resolve
 from hbir.runtime import numerics, op_table, selection
@@ -439,7 +441,20 @@ def _float_layer_norm_module(ex: Exporter, node: fx.Node):
     return ex.emit(hb.LayerNormOp(x, tuple(mod.normalized_shape), w, b, mod.eps))
 
 
+def _fake_cast(ex: Exporter, node: fx.Node):
+    """``hbir.cast`` to ``f16`` and back: the value rounded to binary16 (half to
+    even, overflow to inf), the very rounding of ``FakeCast``; convert keeps the
+    ``f16`` value and the ops that read it run in fp16."""
+    mod = _module(ex, node)
+    x = ex.tensor(node.args[0])
+    if not mod.enabled:
+        return x
+    element = hb.tensor_type(x).element_type
+    return ex.emit(hb.CastOp(ex.emit(hb.CastOp(x, Float16Type())), element))
+
+
 MODULE_IMPORTERS: dict[type, Builder] = {
+    FakeCast: _fake_cast,
     qat.QuantStub: _unary_module(lambda mod, x: None),  # replaced below
     qat.DeQuantStub: _identity,
     stubs.QuantStub: _identity,
@@ -1191,6 +1206,26 @@ FUNCTION_IMPORTERS: dict[object, Builder] = {
     torch.sigmoid: _float_fn(hb.SigmoidOp),
     torch.tanh: _float_fn(hb.TanhOp),
     torch.exp: _float_fn(hb.ExpOp),
+    F.sigmoid: _float_fn(hb.SigmoidOp),
+    F.silu: _float_fn(hb.SiluOp),
+}
+
+
+def _float_softmax(ex: Exporter, node: fx.Node):
+    if node.kwargs.get("dtype") not in (None, torch.float32):
+        raise Unsupported("a softmax dtype other than float32")
+    return ex.emit(hb.SoftmaxOp(ex.tensor(node.args[0]), _arg(node, 1, "dim")))
+
+
+def _float_gelu(ex: Exporter, node: fx.Node):
+    approximate = _arg(node, 1, "approximate", "none")
+    return ex.emit(hb.GeluOp(ex.tensor(node.args[0]), approximate))
+
+
+FUNCTION_IMPORTERS |= {
+    torch.softmax: _float_softmax,
+    F.softmax: _float_softmax,
+    F.gelu: _float_gelu,
 }
 
 METHOD_IMPORTERS: dict[str, Builder] = {
@@ -1199,6 +1234,9 @@ METHOD_IMPORTERS: dict[str, Builder] = {
     "mul": _float_binary(hb.MulOp),
     "relu": _float_fn(hb.ReluOp),
     "sigmoid": _float_fn(hb.SigmoidOp),
+    "tanh": _float_fn(hb.TanhOp),
+    "exp": _float_fn(hb.ExpOp),
+    "softmax": _float_softmax,
 }
 
 

@@ -47,7 +47,8 @@ from hbir.quantization.consistency import (
     qconfig_for_level,
 )
 from hbir.quantization.decompositions import Decomposition
-from hbir.quantization.dtypes import qint16
+from hbir.quantization.dtypes import qint8, qint16
+from hbir.quantization.fake_cast import FakeCast
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.fusion import fuse
 from hbir.quantization.observers import FixedScaleObserver
@@ -64,9 +65,10 @@ from hbir.quantization.tracing import (
     user_frame,
     value_of,
 )
-from hbir.runtime import selection
+from hbir.runtime import op_table, selection
 
-QUANT, FLOAT, OTHER = "quant", "float", "other"
+# FP16: a value on the fp16 grid (an fp16 op's output, rounded by a FakeCast)
+QUANT, FLOAT, OTHER, FP16 = "quant", "float", "other", "fp16"
 
 
 class UnsupportedOpError(PrepareError):
@@ -298,6 +300,7 @@ class _GraphBuilder:
         self.state: dict[fx.Node, str] = {}
         self.fake_quant_of: dict[fx.Node, FakeQuantize] = {}
         self.stub_for: dict[fx.Node, fx.Node] = {}
+        self.cast_for: dict[fx.Node, fx.Node] = {}  # a value's FakeCast (fp16 ops)
         self.taken = set(self.modules)
         self.counters: Counter = Counter()
         self.site_counts: Counter = Counter()
@@ -488,10 +491,21 @@ class _GraphBuilder:
                 self.env[node] = part
                 return
         inputs = [
-            n for n in _nodes_in((args, kwargs)) if self.state.get(n) in (QUANT, FLOAT)
+            n
+            for n in _nodes_in((args, kwargs))
+            if self.state.get(n) in (QUANT, FLOAT, FP16)
         ]
-        quantized_input = any(self.state[n] == QUANT for n in inputs)
         module = self.modules.get(node.target) if node.op == "call_module" else None
+        if any(self.state[n] in (QUANT, FP16) for n in inputs):
+            source = self._runs_in_fp16(node, module)
+            if source is not None:
+                self._fp16_call(node, args, kwargs, source)
+                return
+            if any(self.state[n] == FP16 for n in inputs):
+                args, kwargs, inputs = self._fp16_inputs_taken(node, args, kwargs)
+                if args is None:
+                    return
+        quantized_input = any(self.state[n] == QUANT for n in inputs)
         if isinstance(module, stubs.QuantStub):
             self._module_call(
                 node, op_rules.OpRule("quantize", _build_stub), module, args
@@ -724,7 +738,111 @@ class _GraphBuilder:
         """``value``, or its quantized form if it is a float tensor node."""
         if isinstance(value, fx.Node) and self.state.get(value) == FLOAT:
             return self._stub(value, "float tensor used by a quantized op")
+        if isinstance(value, fx.Node) and self.state.get(value) == FP16:
+            return self._stub(value, "fp16 value used by an integer op", _integer)
         return value
+
+    # ------------------------------------------------------------- fp16
+
+    def _runs_in_fp16(self, node: fx.Node, module) -> str | None:
+        """The rule that gives ``node``'s op the float16 qconfig (its output
+        dtype), or None: it runs in fp16 if it has an fp16 form
+        (``op_table.FP16_OPS``), and is refused, named, if not."""
+        rule = self._rule(node, module)
+        if rule is None:
+            return None
+        if node.op == "call_module":
+            name, keys = node.target, [type(module), rule.op]
+        else:
+            name = self._peek_generated_name(node, rule.op)
+            keys = [node.target, rule.op]
+        qconfig, source = self.setter.resolve(name, keys)
+        if not qconfig.activation.is_float16:
+            return None
+        if rule.op not in op_table.FP16_OPS:
+            entry = op_table.BY_OP.get(rule.op)
+            if entry is not None and entry.quantized == op_table.PASSTHROUGH:
+                return None  # moves values: keeps the fp16 grid of its input
+            shown = ", ".join(sorted(op_table.FP16_OPS))
+            self._unsupported(
+                node,
+                f"the float16 qconfig ({source}) is for ops with an fp16 form "
+                f"({shown}); '{rule.op}' has none: give it an integer dtype",
+            )
+            return None
+        return source
+
+    def _peek_generated_name(self, node: fx.Node, op: str) -> str:
+        """The name ``_generated_name`` will give ``node`` (nothing taken)."""
+        stack = node.meta.get("nn_module_stack") or {}
+        owner = list(stack.values())[-1][0] if stack else ""
+        base = f"{owner}._generated_{op}" if owner else f"_generated_{op}"
+        return f"{base}_{self.counters[base]}"
+
+    def _fp16_call(self, node: fx.Node, args, kwargs, source: str) -> None:
+        """The float op between FakeCasts: each float input (a quantized value's
+        float32, a constant) rounded to fp16 once, the op computed in float32 on
+        those binary16 values, its output rounded to fp16."""
+
+        def cast(value):
+            if not isinstance(value, fx.Node) or self.state.get(value) not in (
+                QUANT,
+                FLOAT,
+            ):
+                return value
+            return self._fake_cast(value, node)
+
+        args = fx.node.map_aggregate(args, cast)
+        kwargs = fx.node.map_aggregate(kwargs, cast)
+        new = self.graph.node_copy(node, self.env.__getitem__)
+        new.args, new.kwargs = args, kwargs
+        new.meta = dict(node.meta)
+        self.state[new] = FLOAT
+        out = self._fake_cast(new, node, output=True)
+        self.report.sources[out.target] = source  # model_check_result.txt
+        self._set(node, out, FP16)
+
+    def _fake_cast(self, value: fx.Node, origin: fx.Node, output=False) -> fx.Node:
+        """``value`` through a generated ``FakeCast`` (one per value)."""
+        if value not in self.cast_for:
+            op = "fake_cast" if output else "input_fake_cast"
+            name = self._generated_name(origin, op)
+            self._install(name, FakeCast())
+            new = self.graph.call_module(name, (value,))
+            new.meta = dict(origin.meta)
+            self.state[new] = FP16
+            self.cast_for[value] = new
+        return self.cast_for[value]
+
+    def _fp16_inputs_taken(self, node: fx.Node, args, kwargs):
+        """A non-fp16 op reading fp16 values: data movement keeps them fp16 (the
+        node copied, None returned); an integer op quantizes them (a generated
+        QuantStub, as for a float value)."""
+        module = self.modules.get(node.target) if node.op == "call_module" else None
+        if self._is_passthrough(node, module, args, kwargs) or isinstance(
+            module, stubs.DeQuantStub
+        ):
+            if isinstance(module, stubs.DeQuantStub):
+                new = self._emit(self._site_name(node), qat.DeQuantStub(), args, node)
+                self._set(node, new, FLOAT)
+            else:
+                new = self._node_copy(node)
+                new.meta = dict(node.meta)
+                fp16 = value_of(node).is_float_tensor
+                self._set(node, new, FP16 if fp16 else OTHER)
+            return None, None, None
+
+        def stub(value):
+            if isinstance(value, fx.Node) and self.state.get(value) == FP16:
+                return self._stub(value, "fp16 value used by an integer op", _integer)
+            return value
+
+        args = fx.node.map_aggregate(args, stub)
+        kwargs = fx.node.map_aggregate(kwargs, stub)
+        inputs = [
+            n for n in _nodes_in((args, kwargs)) if self.state.get(n) in (QUANT, FLOAT)
+        ]
+        return args, kwargs, inputs
 
     def _stub(self, node: fx.Node, reason: str, activation=None) -> fx.Node:
         """A generated QuantStub for ``node`` (``activation``: a change of its
@@ -817,6 +935,12 @@ class _GraphBuilder:
             candidate = f"{name}_{k}"
         self.taken.add(candidate)
         return candidate
+
+
+def _integer(activation):
+    """A stub's output spec: the quantized dtype (int8 where the rules say
+    float16, as for a stub inside an fp16 module)."""
+    return activation.replace(dtype=qint8) if activation.is_float16 else activation
 
 
 def _build_stub(q, module, x, *, fused_relu=None):

@@ -22,7 +22,8 @@ from typing import Any
 
 from torch import nn
 
-from hbir.quantization.dtypes import QuantDType, qint8
+from hbir.quantization.dtypes import FloatDType, QuantDType, float16, qint8
+from hbir.quantization.fake_cast import FakeCast
 from hbir.quantization.fake_quantize import FakeQuantize
 from hbir.quantization.observers import MinMaxObserver, PerChannelMinMaxObserver
 
@@ -37,6 +38,8 @@ class FakeQuantSpec:
     observer_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __call__(self, channel_len: int = 1, **observer_kwargs) -> FakeQuantize:
+        if isinstance(self.dtype, FloatDType):
+            return FakeCast(self.dtype)
         kwargs = {**self.observer_kwargs, **observer_kwargs}
         return FakeQuantize(
             self.observer, self.dtype, channel_len, pot=self.pot, **kwargs
@@ -45,7 +48,14 @@ class FakeQuantSpec:
     def replace(self, **changes) -> FakeQuantSpec:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def is_float16(self) -> bool:
+        """An fp16 output: a ``FakeCast``, no observer."""
+        return isinstance(self.dtype, FloatDType)
+
     def __str__(self) -> str:
+        if self.is_float16:
+            return f"{self.dtype} FakeCast"
         return f"{self.dtype} {self.observer.__name__}" + (" pot" if self.pot else "")
 
 
@@ -86,7 +96,11 @@ def get_qconfig(
     """The qconfig for ``observer`` on outputs (and inputs if ``in_dtype`` is given).
 
     Weights always use a per-channel min/max observer that follows the current weight.
+    ``out_dtype=torch.float16`` (or ``float16``) is the float16 qconfig: the op runs
+    in fp16 (``FakeCast`` on its inputs and output) where it has an fp16 form and
+    the march has fp16 (docs/quantization.md).
     """
+    out_dtype = _as_float16(out_dtype)
     kwargs = dict(observer_kwargs or {})
     weight = None
     if weight_dtype is not None:
@@ -95,6 +109,11 @@ def get_qconfig(
         None if in_dtype is None else FakeQuantSpec(observer, in_dtype, False, kwargs)
     )
     return QConfig(FakeQuantSpec(observer, out_dtype, False, kwargs), weight, inputs)
+
+
+def _as_float16(dtype):
+    """``torch.float16`` spelled as hbir's ``float16``; other dtypes unchanged."""
+    return float16 if str(dtype) in ("torch.float16", "float16") else dtype
 
 
 Override = QConfig | QuantDType | Mapping[str, QuantDType]
@@ -139,7 +158,8 @@ class QconfigSetter:
     def _expand(self, value: Override) -> QConfig:
         if isinstance(value, QConfig):
             return value
-        if isinstance(value, QuantDType):
+        value = _as_float16(value)
+        if isinstance(value, QuantDType | FloatDType):
             value = {"out": value}
         if not isinstance(value, Mapping) or set(value) - {"out", "weight", "in"}:
             raise TypeError(
@@ -148,7 +168,8 @@ class QconfigSetter:
             )
         qc = self.default
         if "out" in value:
-            qc = qc.replace(activation=qc.activation.replace(dtype=value["out"]))
+            out = _as_float16(value["out"])
+            qc = qc.replace(activation=qc.activation.replace(dtype=out))
         if "weight" in value:
             qc = qc.replace(
                 weight=FakeQuantSpec(PerChannelMinMaxObserver, value["weight"])

@@ -20,6 +20,7 @@ import warnings
 
 from torch import nn
 
+from hbir.quantization.fake_cast import FakeCast
 from hbir.quantization.fake_quantize import FakeQuantize
 
 
@@ -59,6 +60,8 @@ def set_fake_quantize(model: nn.Module, state: FakeQuantState) -> None:
     for name, module in model.named_modules():
         if isinstance(module, FakeQuantize):
             module.configure(state, fake_quant, observe, needs_training, name)
+        elif isinstance(module, FakeCast):  # nothing to observe: on but in _FLOAT
+            module.enable_fake_quant(state is not FakeQuantState._FLOAT)
     _drop_calibration_check(model)
     if state is FakeQuantState.VALIDATION:
         # Checked at the first forward, not now: a checkpoint may still be loaded.

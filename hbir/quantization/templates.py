@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hbir.errors import HbirValueError
-from hbir.quantization.dtypes import QuantDType, qinfo
+from hbir.quantization.dtypes import FloatDType, QuantDType, qinfo
 from hbir.quantization.observers import FixedScaleObserver, PerChannelMinMaxObserver
 from hbir.quantization.qconfig import FakeQuantSpec, QConfig
 
@@ -70,13 +70,22 @@ def _made_at() -> str:
     return "<unknown>"
 
 
-def _dtype(value: Any, where: str) -> QuantDType:
+def _dtype(value: Any, where: str, float_ok: bool = False) -> QuantDType:
+    """A quantized dtype, or ``float16`` where ``float_ok`` (an op's output: an fp16
+    op on a march with fp16; gemm operands are always int8 / int16)."""
     try:
-        return qinfo(value)
+        dtype = qinfo(value)
     except ValueError:
+        also = ", float16" if float_ok else ""
         raise TemplateError(
-            f"{where}: {value!r} is not a quantized dtype (qint8, qint16)"
+            f"{where}: {value!r} is not a quantized dtype (qint8, qint16{also})"
         ) from None
+    if isinstance(dtype, FloatDType) and not float_ok:
+        raise TemplateError(
+            f"{where}: {value!r}: gemm operands are int8 or int16 (float16 is for "
+            "the non-gemm ops, as the J6 guide advises for J6P / J6H)"
+        )
+    return dtype
 
 
 def _fixed(dtype: QuantDType, threshold: Any, where: str) -> FakeQuantSpec:
@@ -103,7 +112,10 @@ def apply_setting(qconfig: QConfig, value: Any, where: str) -> QConfig:
         )
     activation = qconfig.activation
     if "dtype" in value:
-        activation = activation.replace(dtype=_dtype(value["dtype"], where))
+        dtype = _dtype(value["dtype"], where, float_ok=True)
+        if isinstance(dtype, FloatDType) and "threshold" in value:
+            raise TemplateError(f"{where}: a float16 output has no threshold")
+        activation = activation.replace(dtype=dtype)
     threshold = value.get("threshold")
     inputs = qconfig.input
     if isinstance(threshold, Mapping):

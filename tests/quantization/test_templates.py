@@ -266,7 +266,7 @@ def test_freeze_keeps_later_templates_off(tmp_path):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: ModuleNameTemplate({"a": torch.float16}), "not a quantized dtype"),
+        (lambda: ModuleNameTemplate({"a": torch.bfloat16}), "not a quantized dtype"),
         (lambda: ModuleNameTemplate({"a": {"dtype": qint8, "scale": 1}}), "unknown"),
         (lambda: ModuleNameTemplate({"a": {"threshold": -1.0}}), "positive"),
         (lambda: ModuleNameTemplate({"a": {"threshold": {"out": 1.0}}}), "'output'"),

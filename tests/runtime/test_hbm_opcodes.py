@@ -18,6 +18,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    Float16Type,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -42,6 +43,7 @@ from hbir.runtime.hbm_opcodes import BY_NAME, OPCODES
 from hbir.runtime.hbm_program import FunctionCode, Instruction
 
 ELEMENTS = {"si8": si(8), "si16": si(16), "si32": si(32), "f32": f32, "i64": i64}
+ELEMENTS["f16"] = Float16Type()
 
 
 UI8 = IntegerType(8, Signedness.UNSIGNED)  # camera planes only (not retyped to)
@@ -138,6 +140,12 @@ BASE = {
         },
     ),
     "cast": (npu.CastOp, [_t("si8", 2, 3)], [_t("si32", 2, 3)], {}),
+    "fp16_map": (
+        npu.Fp16MapOp,
+        [_t("f16", 2, 3)],
+        [_t("f16", 2, 3)],
+        {"function": StringAttr("sigmoid")},
+    ),
     "lut": (npu.LutOp, [_t("si8", 4)], [_t("si8", 4)], _table()),
     "lut_segmented": (npu.LutOp, [_t("si16", 4)], [_t("si8", 4)], _segmented()),
     "pool": (

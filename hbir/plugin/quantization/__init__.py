@@ -8,6 +8,7 @@ hbir.plugin.quantization.prepare`` the module.
 """
 
 from hbir.plugin.quantization.fake_quantize import (
+    FakeCast,
     FakeQuantize,
     FakeQuantState,
     set_fake_quantize,
@@ -26,11 +27,12 @@ from hbir.plugin.quantization.qconfig import QConfig, get_qconfig
 from hbir.plugin.quantization.qconfig_setter import QconfigSetter
 from hbir.plugin.quantization.stubs import DeQuantStub, QuantStub
 from hbir.quantization import pre_export
-from hbir.quantization.dtypes import QuantDType, qint8, qint16, qint32
+from hbir.quantization.dtypes import QuantDType, float16, qint8, qint16, qint32
 
 __all__ = [
     "ClipObserver",
     "DeQuantStub",
+    "FakeCast",
     "FakeQuantState",
     "FakeQuantize",
     "FixedScaleObserver",
@@ -46,6 +48,7 @@ __all__ = [
     "get_qconfig",
     "pre_export",
     "prepare",
+    "float16",
     "qint16",
     "qint32",
     "qint8",

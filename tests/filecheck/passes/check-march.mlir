@@ -94,3 +94,13 @@ func.func @bad_shape(%xq: tensor<1x4x8x8xsi8>, %wq: tensor<4x4x3x3xsi8>) -> tens
 // LACKS-E-NOT: builtin.module
 // LACKS-H: check_march_lacks.mlir:12:3: error: 'hbir.relu' op reads or makes bf16, which nash-h lacks: it computes in int8/int16 and fp16 only (Horizon's J6H/P deployment guide)
 // LACKS-H-NOT: Traceback
+// RUN: not hbir-opt %S/Inputs/check_march_fp16.mlir -p check-march 2>&1 | filecheck %s --check-prefix=FP16
+// RUN: hbir-opt %S/Inputs/check_march_fp16.mlir -p 'check-march{march=nash-p}' | filecheck %s --check-prefix=FP16P
+// Invalid: an fp16 op on a march without fp16 names the op, its line and the march.
+// FP16: check_march_fp16.mlir:8:3: error: 'hbir.sigmoid' op runs in fp16 (the float16 qconfig) but nash-e has no fp16
+// FP16-NOT: Traceback
+// Positive: on nash-p (fp16) the op and its f16 roundings are kept, unmarked.
+// FP16P-LABEL: func.func @fp16_sigmoid
+// FP16P:         hbir.cast %x : tensor<4xf32> -> tensor<4xf16>
+// FP16P-NOT:     hbir.device
+// FP16P:         hbir.sigmoid %x16 : tensor<4xf32>

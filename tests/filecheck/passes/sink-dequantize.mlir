@@ -104,3 +104,19 @@ func.func @selection(%q: tensor<2x8xsi8>) -> (tensor<2x3xf32>, tensor<2xi64>, te
   %g = hbir.gather %d, %i {dim = 1 : i64} : (tensor<2x8xf32>, tensor<2x3xi64>) -> tensor<2x3xf32>
   func.return %v, %a, %g : tensor<2x3xf32>, tensor<2xi64>, tensor<2x3xf32>
 }
+
+// -----
+
+// Positive and does not apply: a cast of a dequantize to f64 becomes a dequantize
+// to f64 (exact); a cast to f16 (an fp16 op's input, the float16 qconfig) rounds
+// the float32 value and stays.
+// CHECK-LABEL: func.func @cast_of_dequantize
+// CHECK-NEXT:    %d = qnt.dequantize %q {{.*}} -> tensor<4xf32>
+// CHECK-NEXT:    %w = qnt.dequantize %q {scales = array<f32: 5.000000e-01>, zeros = array<i64: 0>} : tensor<4xsi8> -> tensor<4xf64>
+// CHECK-NEXT:    %h = hbir.cast %d : tensor<4xf32> -> tensor<4xf16>
+func.func @cast_of_dequantize(%q: tensor<4xsi8>) -> (tensor<4xf64>, tensor<4xf16>) {
+  %d = qnt.dequantize %q {scales = array<f32: 0.5>, zeros = array<i64: 0>} : tensor<4xsi8> -> tensor<4xf32>
+  %w = hbir.cast %d : tensor<4xf32> -> tensor<4xf64>
+  %h = hbir.cast %d : tensor<4xf32> -> tensor<4xf16>
+  func.return %w, %h : tensor<4xf64>, tensor<4xf16>
+}
