@@ -506,3 +506,39 @@ def test_fixed_point_gemm_with_the_prepared_output_equals_the_reference(bits, mo
             np.testing.assert_array_equal(got, want)
     # (the compiled form ran: a prepared requantizer, not the fallback)
     assert any(r is not None for r in requantizer._PREPARED_OUTPUTS.values())
+
+
+def test_a_conv_past_float32_splits_its_input_channels_exactly():
+    """K = 256 * 9 codes near 127: the sums pass 2**24, where one float32 conv
+    rounds them (checked here); the conv splits its input channels into the
+    fewest chunks whose sums float32 holds exactly (4 of 64 channels) and its
+    sums equal the int64 reference, as integers and as raw floats, with even
+    and uneven padding, int8 and uint8 inputs, in a batch."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(100, 128, (8, 256, 3, 3)).astype(np.int8)
+    x = rng.integers(100, 128, (2, 256, 9, 9)).astype(np.int8)
+    packed = kernels.pack_conv2d(w, np.int8, 1)
+    assert (packed.method, packed.chunks) == ("float32_split", 4)
+    plain = torch.nn.functional.conv2d(
+        torch.from_numpy(x).float(), torch.from_numpy(w).float(), None, 1, 1
+    ).numpy()
+    ref = integer_ops.numpy_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert not np.array_equal(plain.astype(np.int64), ref)  # float32 alone rounds
+    for pads in ((1, 1, 1, 1), (0, 1, 2, 1)):
+        ref = integer_ops.numpy_conv2d(x, w, (2, 1), pads, (1, 1), 1)
+        got = kernels.conv2d_sums(x, packed, (2, 1), pads, (1, 1))
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, ref)
+        raw = kernels.conv2d_sums(x, packed, (2, 1), pads, (1, 1), raw=True)
+        assert raw.dtype == np.float64
+        np.testing.assert_array_equal(raw, ref)
+    xu = rng.integers(200, 256, (1, 256, 6, 6)).astype(np.uint8)
+    packed_u = kernels.pack_conv2d(w, np.uint8, 1)
+    assert packed_u.method == "float32_split" and packed_u.chunks >= 4
+    np.testing.assert_array_equal(
+        kernels.conv2d_sums(xu, packed_u, (1, 1), (0, 0, 0, 0), (1, 1)),
+        integer_ops.numpy_conv2d(xu, w, (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    )
+    # a bound no split within MAX_FLOAT32_CHUNKS meets: the float64 engine
+    w16 = codes((2, 4, 3, 3), np.int16, "max")
+    assert kernels.pack_conv2d(w16, np.int16, 1).method == "float64"
