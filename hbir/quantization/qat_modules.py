@@ -48,6 +48,10 @@ from hbir.quantization.qconfig import QConfig
 from hbir.quantization.rounding import get_round_mode
 from hbir.runtime import numerics, requantizer
 
+# The fixed-point forward's requantizations by the runtime's compiled form (the
+# reference's numbers: ``numerics.requantize_by``).
+_FAST = {"requant": requantizer.prepared_requantize}
+
 
 class QATModule(nn.Module):
     """Shared quantization state of all QAT modules (a mixin for nn layers)."""
@@ -725,7 +729,7 @@ class MaxPool2d(nn.MaxPool2d, QATModule):
         if grids is not None:
             mode = get_round_mode()
             y = _with_gradient(
-                y, numerics.fixed_point_rescale(grids, _numpy(y), 0, mode=mode)
+                y, numerics.fixed_point_rescale(grids, _numpy(y), 0, mode=mode, **_FAST)
             )
         y = self.activation_post_process(y)
         return y if indices is None else (y, indices)
@@ -980,7 +984,7 @@ class Clamp(QATModule):
             y = _with_gradient(
                 torch.clamp(x, self.min_value, self.max_value),
                 numerics.fixed_point_clip(
-                    grids, _numpy(x), *self.bounds(), get_round_mode()
+                    grids, _numpy(x), *self.bounds(), get_round_mode(), **_FAST
                 ),
             )
         return self.activation_post_process(y)
@@ -1027,7 +1031,9 @@ class ConstantPad(QATModule):
         grids = self.fixed_point_grids()
         if grids is not None:  # the input requantized to the output grid, as convert
             mode = get_round_mode()
-            exact = numerics.fixed_point_rescale(grids, _numpy(x), 0, mode=mode)
+            exact = numerics.fixed_point_rescale(
+                grids, _numpy(x), 0, mode=mode, **_FAST
+            )
             x = _with_gradient(x, exact)
         return self.activation_post_process(F.pad(x, self.pad, value=self.value))
 
@@ -1062,7 +1068,8 @@ class QuantSelect(QATModule):
         grids = self.branch_grids(index)
         if grids is None:
             return v
-        exact = numerics.fixed_point_rescale(grids, _numpy(v), 0, mode=get_round_mode())
+        mode = get_round_mode()
+        exact = numerics.fixed_point_rescale(grids, _numpy(v), 0, mode=mode, **_FAST)
         return _with_gradient(v, exact)
 
     def forward(self, mask: torch.Tensor, a, b) -> torch.Tensor:
@@ -1134,7 +1141,7 @@ class _Binary(QATModule):
         grids = self.fixed_point_grids(a, b)
         if grids is not None:
             y = numerics.fixed_point_binary(
-                self.op, grids, _numpy(a), _numpy(b), get_round_mode()
+                self.op, grids, _numpy(a), _numpy(b), get_round_mode(), **_FAST
             )
             return self._output(_with_gradient(self.compute(a, b), y), dtype)
         if self.exact_inputs:
@@ -1257,7 +1264,10 @@ class QuantCat(QATModule):
             mode = get_round_mode()
             tensors = [
                 _with_gradient(
-                    t, numerics.fixed_point_rescale(grids, _numpy(t), i, mode=mode)
+                    t,
+                    numerics.fixed_point_rescale(
+                        grids, _numpy(t), i, mode=mode, **_FAST
+                    ),
                 )
                 for i, t in enumerate(tensors)
             ]

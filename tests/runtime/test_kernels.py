@@ -542,3 +542,44 @@ def test_a_conv_past_float32_splits_its_input_channels_exactly():
     # a bound no split within MAX_FLOAT32_CHUNKS meets: the float64 engine
     w16 = codes((2, 4, 3, 3), np.int16, "max")
     assert kernels.pack_conv2d(w16, np.int16, 1).method == "float64"
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+@pytest.mark.parametrize("bits", [(8, 8, 8), (16, 8, 16), (8, 16, 8), (8, 8, 16)])
+def test_fixed_point_rescales_and_binaries_with_the_prepared_requantizer(bits, mode):
+    """The QAT fixed-point forward's rescales, clips and add / sub / mul / max
+    by the compiled requantizer (``requantizer.prepared_requantize``) give the
+    int64 reference's numbers: scale ratios with exact ties (3/8, 1/2, 2),
+    random ones, extreme and random codes, a float constant operand, and again
+    from the cache."""
+    a_bits, b_bits, out_bits = bits
+    fast = {"requant": requantizer.prepared_requantize}
+    scales = [(0.03, 0.08, 0.08), (0.05, 0.1, 0.025), (0.0371, 0.0113, 0.0529)]
+    for s_a, s_b, s_out in scales:
+        grids = numerics.Grids((s_a, s_b), (a_bits, b_bits), s_out, out_bits)
+        for kind in ("random", "max", "positive"):
+            qa = codes((4, 33), np.int8 if a_bits == 8 else np.int16, kind)
+            qb = codes((4, 33), np.int8 if b_bits == 8 else np.int16, "random")
+            a, b = qa * np.float32(s_a), qb * np.float32(s_b)
+            for _ in range(2):  # built, then from the cache
+                for index, x in ((0, a), (1, b)):
+                    want = numerics.fixed_point_rescale(grids, x, index, mode=mode)
+                    got = numerics.fixed_point_rescale(
+                        grids, x, index, mode=mode, **fast
+                    )
+                    assert got.dtype == want.dtype == np.float32
+                    np.testing.assert_array_equal(got, want)
+                want = numerics.fixed_point_clip(grids, a, 0.0, 1.5, mode)
+                got = numerics.fixed_point_clip(grids, a, 0.0, 1.5, mode, **fast)
+                np.testing.assert_array_equal(got, want)
+                for op in ("add", "sub", "mul", "maximum"):
+                    want = numerics.fixed_point_binary(op, grids, a, b, mode)
+                    got = numerics.fixed_point_binary(op, grids, a, b, mode, **fast)
+                    assert got.dtype == want.dtype
+                    np.testing.assert_array_equal(got, want)
+        constant = numerics.Grids((s_a, 0.0), (a_bits, 0), s_out, out_bits)
+        c = np.float32(0.37)
+        want = numerics.fixed_point_binary("add", constant, a, c, mode)
+        got = numerics.fixed_point_binary("add", constant, a, c, mode, **fast)
+        np.testing.assert_array_equal(got, want)
+    assert requantizer._PREPARED_REQUANTIZERS  # (the compiled form ran)
