@@ -87,9 +87,9 @@ def main() -> None:
 
     xb = example(args.model, batch=args.batch, seed=3)
     labels = torch.randint(0, 1000, (args.batch,), generator=torch.Generator())
-    set_fake_quantize(qat, FakeQuantState.QAT)
     qat.train()
     model.train()
+    set_fake_quantize(qat, FakeQuantState.QAT)
     qat_step = _step(qat, torch.optim.SGD(qat.parameters(), lr=1e-4), xb, labels)
     float_step = _step(model, torch.optim.SGD(model.parameters(), lr=1e-4), xb, labels)
     row = _pairs(qat_step, float_step, args.rounds)
