@@ -500,6 +500,25 @@ def codes_on_grid(values, scale, bits: int, axis: int | None = None) -> np.ndarr
     return np.clip(np.rint(values * inv), *qrange(bits)).astype(np.float32)
 
 
+def float32_chunks(
+    w_abs: np.ndarray, out_axis: int, sum_axis: int, x_max: float, most: int = 16
+) -> int:
+    """The fewest equal chunks (up to ``most``) of ``sum_axis`` of a gemm's
+    weight codes' magnitudes ``w_abs`` in which every output channel's
+    (``out_axis``) partial sums stay below ``2**24`` for inputs up to
+    ``x_max`` in magnitude (``x_max * sum|w|`` over a chunk), whatever the
+    order of summation; 1 where there is none."""
+    w = np.moveaxis(w_abs, (out_axis % w_abs.ndim, sum_axis % w_abs.ndim), (0, 1))
+    o, c = w.shape[:2]
+    per_input = w.reshape(o, c, -1).sum(2, dtype=np.float64)
+    for chunks in range(2, min(c, most) + 1):
+        if c % chunks == 0:
+            worst = float(per_input.reshape(o, chunks, -1).sum(2).max(initial=0.0))
+            if x_max * worst < 2**24:
+                return chunks
+    return 1
+
+
 def fixed_point_gemm(
     grids: Grids,
     x: np.ndarray,
@@ -514,6 +533,7 @@ def fixed_point_gemm(
     w_codes: bool = False,
     mode: str = HALF_EVEN,
     output: Callable | None = None,
+    split: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized conv / linear / matmul,
     as the float32 values ``q * s_out`` of its output codes.
@@ -528,6 +548,11 @@ def fixed_point_gemm(
     output channels. ``gemm`` gets float32 codes when every partial sum stays
     below ``2**24`` (exact in float32), float64 codes otherwise. With
     ``w_codes`` the caller passes the weight's codes instead of its values.
+    ``split`` (the axes of ``x`` and ``w`` the gemm sums over, where it is
+    the sum of the gemms of equal slices along them: a conv without groups, a
+    linear) lets a sum past ``2**24`` run as float32 gemms of the fewest slices
+    that each stay below it (``float32_chunks``), added in int64, instead of
+    one float64 gemm: the same exact sums.
     ``output(acc, req, acc_bound, qmin, qmax, axis, mode)``, when given, is a
     prepared form of ``gemm_output`` (the runtime's compiled requantization,
     ``requantizer.prepared_gemm_output``) giving the output codes as float32,
@@ -553,9 +578,20 @@ def fixed_point_gemm(
     others = tuple(a for a in range(qw.ndim) if a != w_out_axis % qw.ndim)
     w_sums = np.sum(np.abs(qw), axis=others, dtype=np.float64)
     bound = float(np.max(np.abs(qx), initial=0.0)) * float(np.max(w_sums, initial=0.0))
-    if bound >= 2**24:
-        qx, qw = qx.astype(np.float64), qw.astype(np.float64)
-    acc = np.rint(gemm(qx, qw)).astype(np.int64)
+    chunks = 1
+    if bound >= 2**24 and split is not None:
+        x_max = float(np.max(np.abs(qx), initial=0.0))
+        chunks = float32_chunks(np.abs(qw), w_out_axis, split[1], x_max)
+    if chunks > 1:  # each chunk of the summed channels exact in float32
+        xs = np.split(qx, chunks, axis=split[0])
+        ws = np.split(qw, chunks, axis=split[1])
+        acc = np.rint(gemm(xs[0], ws[0])).astype(np.int64)
+        for a, c in zip(xs[1:], ws[1:], strict=True):
+            acc += np.rint(gemm(a, c)).astype(np.int64)
+    else:
+        if bound >= 2**24:
+            qx, qw = qx.astype(np.float64), qw.astype(np.float64)
+        acc = np.rint(gemm(qx, qw)).astype(np.int64)
     channels = acc.shape[axis]
     req = gemm_requantization(
         grids.x_scale,

@@ -241,7 +241,18 @@ class _Substitute(torch.autograd.Function):
 
 
 def _fixed_point(
-    grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis, w_out=0, w_codes=None
+    grids,
+    x,
+    w,
+    bias,
+    gemm,
+    *,
+    terms: int,
+    axis: int,
+    w_axis,
+    w_out=0,
+    w_codes=None,
+    split=None,
 ):
     """The integer pipeline's output values (``numerics.fixed_point_gemm``) of
     ``gemm`` (a float conv / linear / matmul), with the float gemm's gradient
@@ -264,6 +275,7 @@ def _fixed_point(
         w_codes=w_codes is not None,
         mode=get_round_mode(),
         output=requantizer.prepared_gemm_output,  # the runtime's compiled form
+        split=split,
     )
     if w is not None and _grad_needed(x, w, bias):
         return _with_gradient(gemm(x, w, bias), y)
@@ -467,8 +479,10 @@ class Conv2d(_WeightLayer, nn.Conv2d):
         else:
             (x,) = self._quant_inputs(x)
             terms = self.weight[0].numel()
+            # (without groups: the sum over input channels splits into slices)
+            split = (1, 1) if self.groups == 1 else None
             out = self._fixed_point_forward(
-                grids, x, self._gemm, terms=terms, axis=1, w_axis=0
+                grids, x, self._gemm, terms=terms, axis=1, w_axis=0, split=split
             )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
@@ -597,7 +611,7 @@ class Linear(_WeightLayer, nn.Linear):
             (x,) = self._quant_inputs(x)
             terms = self.weight.shape[1]
             out = self._fixed_point_forward(
-                grids, x, F.linear, terms=terms, axis=-1, w_axis=0
+                grids, x, F.linear, terms=terms, axis=-1, w_axis=0, split=(-1, 1)
             )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 

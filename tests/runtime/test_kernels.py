@@ -583,3 +583,36 @@ def test_fixed_point_rescales_and_binaries_with_the_prepared_requantizer(bits, m
         got = numerics.fixed_point_binary("add", constant, a, c, mode, **fast)
         np.testing.assert_array_equal(got, want)
     assert requantizer._PREPARED_REQUANTIZERS  # (the compiled form ran)
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+def test_fixed_point_gemm_past_float32_sums_float32_slices_exactly(mode):
+    """A linear of 2,048 terms of codes near 127 (sums past 2**24): with
+    ``split`` its sum runs as float32 gemms of input slices that each stay
+    below 2**24 (checked: float32 operands, two slices), and the result equals
+    the float64 gemm's and the int64 reference's."""
+    k, channels = 2048, 5
+    grids = numerics.Grids((0.02,), (8,), 0.5, 8, (0.01,), 8)
+    wq = RNG.integers(100, 128, (channels, k)).astype(np.int8)
+    xq = RNG.integers(100, 128, (3, k)).astype(np.int8)
+    x, w = xq * np.float32(0.02), wq * np.float32(0.01)
+    calls = []
+
+    def gemm(a, b):
+        calls.append((a.dtype, a.shape[-1]))
+        return a.astype(np.float64) @ b.astype(np.float64).T
+
+    args = dict(bias=None, terms=k, axis=-1, w_axis=None, mode=mode)
+    want = numerics.fixed_point_gemm(grids, x, w, gemm, **args)
+    assert calls == [(np.float64, k)]  # one float64 gemm
+    calls.clear()
+    got = numerics.fixed_point_gemm(grids, x, w, gemm, split=(-1, 1), **args)
+    assert calls == [(np.float32, k // 2)] * 2  # 127 * 1024 * 127 < 2**24
+    np.testing.assert_array_equal(got, want)
+    exact = xq.astype(np.int64) @ wq.astype(np.int64).T  # the int64 sums
+    req = numerics.gemm_requantization(
+        0.02, np.float32([0.01]), 0.5, terms=k, x_bits=8, w_bits=8,
+        bias=None, channels=channels, mode=mode,
+    )  # fmt: skip
+    codes = numerics.gemm_output(exact, req, -128, 127, -1, mode)
+    np.testing.assert_array_equal(got, numerics.dequantize(codes, 0.5, 0))
