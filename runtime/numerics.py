@@ -500,17 +500,29 @@ def codes_on_grid(values, scale, bits: int, axis: int | None = None) -> np.ndarr
     return np.clip(np.rint(values * inv), *qrange(bits)).astype(np.float32)
 
 
-def float32_chunks(
-    w_abs: np.ndarray, out_axis: int, sum_axis: int, x_max: float, most: int = 16
-) -> int:
-    """The fewest equal chunks (up to ``most``) of ``sum_axis`` of a gemm's
-    weight codes' magnitudes ``w_abs`` in which every output channel's
-    (``out_axis``) partial sums stay below ``2**24`` for inputs up to
-    ``x_max`` in magnitude (``x_max * sum|w|`` over a chunk), whatever the
-    order of summation; 1 where there is none."""
-    w = np.moveaxis(w_abs, (out_axis % w_abs.ndim, sum_axis % w_abs.ndim), (0, 1))
+def weight_sums(qw: np.ndarray, out_axis: int, sum_axis: int | None) -> tuple:
+    """(``sum|qw|`` per output channel along ``out_axis``, and with a
+    ``sum_axis`` the sums per output channel and index along it, ``[O, C]``,
+    else None): what ``fixed_point_gemm`` bounds its sums by, a function of
+    the weight codes alone (a caller may compute it once per weight version
+    and pass it as ``w_stats``)."""
+    w_abs = np.abs(qw)
+    if sum_axis is None:
+        others = tuple(a for a in range(qw.ndim) if a != out_axis % qw.ndim)
+        return np.sum(w_abs, axis=others, dtype=np.float64), None
+    w = np.moveaxis(w_abs, (out_axis % qw.ndim, sum_axis % qw.ndim), (0, 1))
     o, c = w.shape[:2]
     per_input = w.reshape(o, c, -1).sum(2, dtype=np.float64)
+    return per_input.sum(1), per_input
+
+
+def float32_chunks(per_input: np.ndarray, x_max: float, most: int = 16) -> int:
+    """The fewest equal chunks (up to ``most``) of a gemm's summed axis in
+    which every output channel's partial sums stay below ``2**24`` for inputs
+    up to ``x_max`` in magnitude (``x_max * sum|w|`` over a chunk), whatever
+    the order of summation, from ``per_input`` (``weight_sums``: ``[O, C]``);
+    1 where there is none."""
+    o, c = per_input.shape
     for chunks in range(2, min(c, most) + 1):
         if c % chunks == 0:
             worst = float(per_input.reshape(o, chunks, -1).sum(2).max(initial=0.0))
@@ -534,6 +546,7 @@ def fixed_point_gemm(
     mode: str = HALF_EVEN,
     output: Callable | None = None,
     split: tuple[int, int] | None = None,
+    w_stats: tuple | None = None,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized conv / linear / matmul,
     as the float32 values ``q * s_out`` of its output codes.
@@ -552,7 +565,9 @@ def fixed_point_gemm(
     the sum of the gemms of equal slices along them: a conv without groups, a
     linear) lets a sum past ``2**24`` run as float32 gemms of the fewest slices
     that each stay below it (``float32_chunks``), added in int64, instead of
-    one float64 gemm: the same exact sums.
+    one float64 gemm: the same exact sums. ``w_stats``: ``weight_sums(w codes,
+    w_out_axis, split's w axis)`` where the caller keeps it (used unless the
+    weight codes are shifted).
     ``output(acc, req, acc_bound, qmin, qmax, axis, mode)``, when given, is a
     prepared form of ``gemm_output`` (the runtime's compiled requantization,
     ``requantizer.prepared_gemm_output``) giving the output codes as float32,
@@ -575,13 +590,14 @@ def fixed_point_gemm(
         qw = shift_round(qw.astype(np.int64), w_shift, mode).astype(np.float32)
     # float32 sums integers exactly below 2**24: bound every partial sum by
     # max|qx| * sum|qw| over a weight channel's reduction (a superset of it).
-    others = tuple(a for a in range(qw.ndim) if a != w_out_axis % qw.ndim)
-    w_sums = np.sum(np.abs(qw), axis=others, dtype=np.float64)
-    bound = float(np.max(np.abs(qx), initial=0.0)) * float(np.max(w_sums, initial=0.0))
+    if w_stats is None or w_shift:
+        w_stats = weight_sums(qw, w_out_axis, None if split is None else split[1])
+    w_sums, per_input = w_stats
+    x_max = float(np.max(np.abs(qx), initial=0.0))
+    bound = x_max * float(np.max(w_sums, initial=0.0))
     chunks = 1
-    if bound >= 2**24 and split is not None:
-        x_max = float(np.max(np.abs(qx), initial=0.0))
-        chunks = float32_chunks(np.abs(qw), w_out_axis, split[1], x_max)
+    if bound >= 2**24 and per_input is not None:
+        chunks = float32_chunks(per_input, x_max)
     if chunks > 1:  # each chunk of the summed channels exact in float32
         xs = np.split(qx, chunks, axis=split[0])
         ws = np.split(qw, chunks, axis=split[1])

@@ -253,6 +253,7 @@ def _fixed_point(
     w_out=0,
     w_codes=None,
     split=None,
+    w_stats=None,
 ):
     """The integer pipeline's output values (``numerics.fixed_point_gemm``) of
     ``gemm`` (a float conv / linear / matmul), with the float gemm's gradient
@@ -276,6 +277,7 @@ def _fixed_point(
         mode=get_round_mode(),
         output=requantizer.prepared_gemm_output,  # the runtime's compiled form
         split=split,
+        w_stats=w_stats,
     )
     if w is not None and _grad_needed(x, w, bias):
         return _with_gradient(gemm(x, w, bias), y)
@@ -418,7 +420,16 @@ class _WeightLayer(QATModule):
         if _grad_needed(x, self.weight, bias):
             w = self.weight_fake_quant(self.weight)
         codes = self._weight_codes()
-        return _fixed_point(grids, x, w, bias, gemm, w_codes=codes, **layout)
+        split = layout.get("split")
+        w_axes = (layout.get("w_out", 0), None if split is None else split[1])
+        stats = getattr(self, "_stats_cache", None)
+        key = (id(codes), w_axes)
+        if stats is None or stats[0] != key or stats[1] is not codes:
+            stats = (key, codes, numerics.weight_sums(codes, *w_axes))
+            self._stats_cache = stats  # (per weight version, as the codes)
+        return _fixed_point(
+            grids, x, w, bias, gemm, w_codes=codes, w_stats=stats[2], **layout
+        )
 
     def _inputs(self, x: torch.Tensor):
         """(input, fake-quantized weight, bias) in the forward's precision."""
