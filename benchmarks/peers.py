@@ -126,8 +126,9 @@ def _input(side: int, seed: int) -> torch.Tensor:
     return torch.randn(1, 3, side, side, generator=g)
 
 
-def runtimes(name: str, out_dir: str) -> tuple[dict, dict, int]:
-    """({runtime: callable}, {runtime: why skipped}, the model's MACs)."""
+def quantized_model(name: str, out_dir: str):
+    """(the float model, its batch-1 input, the calibration batches, its
+    ``quantized.bc``): the model taken through every hbir stage before compile."""
     _, factory, side = MODELS[name]
     model = factory().eval()
     x = _input(side, 1)
@@ -138,7 +139,12 @@ def runtimes(name: str, out_dir: str) -> tuple[dict, dict, int]:
         for batch in calibration:
             qat(batch)
     set_fake_quantize(qat, FakeQuantState.VALIDATION)
-    quantized = hbir.convert(export(qat, (x,)), "nash-e")
+    return model, x, calibration, hbir.convert(export(qat, (x,)), "nash-e")
+
+
+def runtimes(name: str, out_dir: str) -> tuple[dict, dict, int]:
+    """({runtime: callable}, {runtime: why skipped}, the model's MACs)."""
+    model, x, calibration, quantized = quantized_model(name, out_dir)
     calls, skipped = {}, {}
     xn = x.numpy()
     try:

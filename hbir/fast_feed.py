@@ -141,16 +141,21 @@ def simulator(module: ModuleOp, name: str):
     return None if built is None else built.functions.get(name)
 
 
-def run(module: ModuleOp, name: str, arrays: list) -> list | None:
+def run(module: ModuleOp, name: str, arrays: list, batch: int | None = None):
     """The outputs of function ``name`` of ``module`` for ``arrays`` (checked
-    inputs) by its compiled program, or None where the prepared plan runs it:
-    not a converted model, one compile refused, or a program already running in
-    another thread (the simulator's memories are one per function; the plan
-    computes the same numbers meanwhile)."""
+    inputs; ``batch``: N samples of its batch-1 inputs, run at once,
+    ``runtime/npu_batch.py``) by its compiled program, or None where the
+    prepared plan runs it: not a converted model, one compile refused, a batch
+    the program cannot run at once, or a program already running in another
+    thread (the simulator's memories are one per function; the plan computes
+    the same numbers meanwhile)."""
     sim = simulator(module, name)
     if sim is None or not sim.lock.acquire(blocking=False):
         return None
     try:
+        if batch is not None:
+            batched = sim.batched(batch)
+            return None if batched is None else batched.run(arrays)
         return sim.run(arrays)  # (fresh arrays)
     finally:
         sim.lock.release()

@@ -327,18 +327,24 @@ class Function:
         ``on_op(op, results)`` is called after every op, and implies it.
 
         A function exported with batch 1 also takes a batch: every input with a
-        leading dimension of N instead of 1. It runs one sample at a time (the
-        interpreter's plan and the compiled program are built once) and
-        returns each output with the N results stacked along that dimension;
-        ``on_op`` is called per sample.
+        leading dimension of N instead of 1. A converted model's compiled
+        program runs the N samples at once (``runtime/npu_batch.py``); the
+        interpreter's plan and reference run one sample at a time (``on_op``
+        is called per sample). Each output comes back with the N results
+        stacked along that dimension.
 
         Outputs come back in the inputs' kind: torch tensors when an input is
         a tensor, numpy arrays otherwise.
         """
         arrays, batch = self._check_inputs(inputs)
+        results = None
         if batch is None:
             results = self._run(arrays, on_op, reference)
-        else:
+        elif on_op is None and not reference:  # quantized.bc: the batch at once
+            from hbir import fast_feed
+
+            results = fast_feed.run(self._module._op, self.name, arrays, batch)
+        if results is None:
             run = lambda xs: self._run(xs, on_op, reference)  # noqa: E731
             results = sample_by_sample(run, arrays, batch)
         outputs = Outputs(zip(self._signature()[2], results, strict=True))

@@ -50,7 +50,7 @@ def forward_copies(sim, reads: list[list[int | None]]) -> int:
             continue
         src, dst = ins.operands[0], ins.results[0]
         sources = sources_of.get((i, 0), []) + [(src, sim.views[src])]
-        sources = [(k, v) for k, v in sources if v.flags.c_contiguous]
+        sources = [(k, v) for k, v in sources if sim.dense(v)]
         ends = [_next_write(sim, i, k) for k, _ in sources]
         for j in range(i + 1, min(_next_write(sim, i, dst), len(reads) - 1) + 1):
             for n, key in enumerate(code.instructions[j].operands):

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbir.errors import HbirError
-from hbir.runtime import npu_forward, npu_kernels, npu_merge, plan
+from hbir.runtime import npu_batch, npu_forward, npu_kernels, npu_merge, plan
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
 from hbir.runtime.hbm_program import (
     MEMORY_BUDGET,
@@ -102,7 +102,7 @@ def _copy(step: _Step) -> None:
     """DMA (DDR / constants <-> SRAM) and reshape: the value's bytes, copied."""
     src, dst = step.ins[0], step.outs[0]
     if not np.may_share_memory(src, dst):
-        dst[...] = src.reshape(dst.shape)
+        dst[...] = src.reshape(_copied_shape(src, dst))
     elif src.__array_interface__["data"][0] != dst.__array_interface__["data"][0]:
         raise NpuSimError(f"{step.name}: source and destination overlap")
     # else: a reshape on the same bytes (npu-plan-memory's alias): nothing to move
@@ -114,10 +114,31 @@ def _bound_copy(src: np.ndarray, dst: np.ndarray):
     if np.may_share_memory(src, dst):
         same = src.__array_interface__["data"][0] == dst.__array_interface__["data"][0]
         return (lambda: None) if same else None
-    view = src.reshape(dst.shape)
+    view = src.reshape(_copied_shape(src, dst))
     if not np.may_share_memory(view, src):  # (a copy: not the live bytes)
         return None
     return functools.partial(np.copyto, dst, view)
+
+
+def _copied_shape(src: np.ndarray, dst: np.ndarray) -> tuple[int, ...]:
+    """The shape a copy's source is read in: its destination's, or one
+    sample's where a constant fills a batch's buffer (``runtime/npu_batch.py``:
+    every sample gets the constant)."""
+    return dst.shape if src.size == dst.size else dst.shape[1:]
+
+
+def _bind(step: _Step) -> None:
+    """``step`` bound to its buffers where that pays (``npu_kernels.bind``, a
+    copy decided once): it then runs ``_run_bound``."""
+    bound = None
+    if step.run is _compute_into:
+        bound = npu_kernels.bind(
+            step.name, step.fields, step.out, step.ins, step.outs[0]
+        )
+    elif step.run is _copy:
+        bound = _bound_copy(step.ins[0], step.outs[0])
+    if bound is not None:
+        step.run, step.extra = _run_bound, bound
 
 
 def _cpu_call(step: _Step) -> None:
@@ -190,11 +211,20 @@ def _minus(spans: list[tuple[int, int]], r: tuple[int, int]) -> list:
 class FunctionSim:
     """One function of a verified program, prepared to run on the simulated NPU."""
 
-    def __init__(self, code: FunctionCode, islands: Sequence[tuple[object, str]]):
+    def __init__(
+        self,
+        code: FunctionCode,
+        islands: Sequence[tuple[object, str]],
+        batch: int = 1,
+    ):
         """``islands``: each of ``code.islands`` as its parsed ``func.func`` and
-        the model's rounding mode (parsing HBIR text is the model API's)."""
+        the model's rounding mode (parsing HBIR text is the model API's).
+        ``batch`` > 1: the program run on that many samples at once (see
+        :meth:`batched`); raises ``NpuBatchError`` where it cannot be."""
         self.code = code
         self.islands = islands
+        self.batch = batch
+        self._batched: dict[int, FunctionSim | None] = {}
         # One run at a time: the memories below are the function's only ones.
         self.lock = threading.Lock()
         # The memories are allocated up front; the loader refused a program past
@@ -210,9 +240,15 @@ class FunctionSim:
                 )
         if any(code.buffers[k].space == "const" for k in code.input_buffers):
             raise NpuSimError(f"@{code.name}: an input is bound to a const buffer")
-        self.ddr = np.zeros(code.ddr_peak_bytes, np.uint8)
-        self.sram = np.zeros(code.sram_peak_bytes, np.uint8)
+        rows = () if batch == 1 else (batch,)  # a batch: one arena row per sample
+        self.ddr = np.zeros((*rows, code.ddr_peak_bytes), np.uint8)
+        self.sram = np.zeros((*rows, code.sram_peak_bytes), np.uint8)
         self.views = {key: self._view(b) for key, b in code.buffers.items()}
+        # a batch: the views with a leading sample axis (the others: constants)
+        self.stacked = {id(v) for v in self.views.values() if batch > 1}
+        self.stacked -= {
+            id(self.views[k]) for k, b in code.buffers.items() if b.space == "const"
+        }
         # Buffers a dma_load filled from a constant and that no later
         # instruction (so far, in program order) has written over: buffer id ->
         # the constant. Only these are prepared from their values (a weight
@@ -225,16 +261,10 @@ class FunctionSim:
         # the buffers each instruction reads, after forwarding: its sources
         self.reads = reads = self._buffers_read()
         npu_forward.forward_copies(self, reads)
-        for step in self.steps:  # its buffers final: bound to them
-            bound = None
-            if step.run is _compute_into:
-                bound = npu_kernels.bind(
-                    step.name, step.fields, step.out, step.ins, step.outs[0]
-                )
-            elif step.run is _copy:
-                bound = _bound_copy(step.ins[0], step.outs[0])
-            if bound is not None:
-                step.run, step.extra = _run_bound, bound
+        for step, read in zip(self.steps, reads, strict=True):  # buffers final
+            if batch > 1 and step.run is not _copy:
+                npu_batch.spread(self, step, [k is not None for k in read])
+            _bind(step)  # bound to them
         # Without an observer, the copies whose bytes nothing reads (a weight
         # only a prepared conv uses, from its packed copy; the input of a tile
         # whose group summed it at its first tile; a value its readers read
@@ -242,17 +272,40 @@ class FunctionSim:
         dead = self._unread_copies(reads)
         self.live = [(i, s) for i, s in enumerate(self.steps) if i not in dead]
 
+    def batched(self, batch: int) -> FunctionSim | None:
+        """This function prepared for ``batch`` samples at once (made on first
+        use, the last two sizes kept), or None where the program cannot run
+        so (``runtime/npu_batch.py``): then it runs sample by sample."""
+        if batch not in self._batched:
+            try:
+                sim = FunctionSim(self.code, self.islands, batch)
+            except npu_batch.NpuBatchError:
+                sim = None
+            while len(self._batched) >= 2:
+                del self._batched[next(iter(self._batched))]
+            self._batched[batch] = sim
+        return self._batched[batch]
+
     def _view(self, b: Buffer) -> np.ndarray:
         if b.space == "const":
             v = self.code.constants[b.id].view()
             v.flags.writeable = False
             return v
+        rows = self.ddr.shape[:-1]  # () or (batch,)
         if b.space == "io":  # a buffer of its own, outside the arenas
-            arena, offset = np.zeros(b.size, np.uint8), 0
+            arena, offset = np.zeros((*rows, b.size), np.uint8), 0
         else:
             arena = self.ddr if b.space == "ddr" else self.sram
             offset = b.offset
-        return np.ndarray(b.shape, np.dtype(b.dtype), buffer=arena, offset=offset)
+        dtype = np.dtype(b.dtype)
+        if not rows:
+            return np.ndarray(b.shape, dtype, buffer=arena, offset=offset)
+        # sample i's buffer in arena row i: the plan's bytes, once per sample
+        inner = np.empty(b.shape, dtype).strides
+        return np.ndarray(
+            (*rows, *b.shape), dtype, buffer=arena.reshape(-1), offset=offset,
+            strides=(arena.shape[1], *inner),
+        )  # fmt: skip
 
     def _prepare(self, index: int, ins: Instruction) -> _Step:
         op = BY_NUMBER[ins.opcode]
@@ -384,7 +437,7 @@ class FunctionSim:
         instruction, with copies of its results."""
         code = self.code
         for key, x in zip(code.input_buffers, inputs, strict=True):
-            self.views[key][...] = x
+            self._io(key)[...] = x
         steps = enumerate(self.steps) if on_instruction is not None else self.live
         for i, step in steps:
             try:
@@ -399,4 +452,14 @@ class FunctionSim:
             if on_instruction is not None:
                 results = tuple(v.copy() for v in step.outs)
                 on_instruction(i, code.instructions[i], code.debug[i], results)
-        return [self.views[key].copy() for key in code.output_buffers]
+        return [self._io(key).copy() for key in code.output_buffers]
+
+    def dense(self, v: np.ndarray) -> bool:
+        """Whether a buffer's view is C-contiguous (a batch's: each sample's)."""
+        return (v[0] if id(v) in self.stacked else v).flags.c_contiguous
+
+    def _io(self, key: int) -> np.ndarray:
+        """An input's or output's buffer as the caller's array: a batch's
+        samples stacked along its leading dimension of 1."""
+        v = self.views[key]
+        return v if self.batch == 1 else v.reshape(v.shape[0], *v.shape[2:])

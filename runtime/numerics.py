@@ -502,6 +502,37 @@ def codes_on_grid(values, scale, bits: int, axis: int | None = None) -> np.ndarr
     return np.clip(np.rint(values * inv), *qrange(bits)).astype(np.float32)
 
 
+def weight_sums(qw: np.ndarray, out_axis: int, sum_axis: int | None) -> tuple:
+    """(``sum|qw|`` per output channel along ``out_axis``, and with a
+    ``sum_axis`` the sums per output channel and index along it, ``[O, C]``,
+    else None): what ``fixed_point_gemm`` bounds its sums by, a function of
+    the weight codes alone (a caller may compute it once per weight version
+    and pass it as ``w_stats``)."""
+    w_abs = np.abs(qw)
+    if sum_axis is None:
+        others = tuple(a for a in range(qw.ndim) if a != out_axis % qw.ndim)
+        return np.sum(w_abs, axis=others, dtype=np.float64), None
+    w = np.moveaxis(w_abs, (out_axis % qw.ndim, sum_axis % qw.ndim), (0, 1))
+    o, c = w.shape[:2]
+    per_input = w.reshape(o, c, -1).sum(2, dtype=np.float64)
+    return per_input.sum(1), per_input
+
+
+def float32_chunks(per_input: np.ndarray, x_max: float, most: int = 16) -> int:
+    """The fewest equal chunks (up to ``most``) of a gemm's summed axis in
+    which every output channel's partial sums stay below ``2**24`` for inputs
+    up to ``x_max`` in magnitude (``x_max * sum|w|`` over a chunk), whatever
+    the order of summation, from ``per_input`` (``weight_sums``: ``[O, C]``);
+    1 where there is none."""
+    o, c = per_input.shape
+    for chunks in range(2, min(c, most) + 1):
+        if c % chunks == 0:
+            worst = float(per_input.reshape(o, chunks, -1).sum(2).max(initial=0.0))
+            if x_max * worst < 2**24:
+                return chunks
+    return 1
+
+
 def fixed_point_gemm(
     grids: Grids,
     x: np.ndarray,
@@ -516,6 +547,8 @@ def fixed_point_gemm(
     w_codes: bool = False,
     mode: str = HALF_EVEN,
     output: Callable | None = None,
+    split: tuple[int, int] | None = None,
+    w_stats: tuple | None = None,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized conv / linear / matmul,
     as the float32 values ``q * s_out`` of its output codes.
@@ -530,6 +563,13 @@ def fixed_point_gemm(
     output channels. ``gemm`` gets float32 codes when every partial sum stays
     below ``2**24`` (exact in float32), float64 codes otherwise. With
     ``w_codes`` the caller passes the weight's codes instead of its values.
+    ``split`` (the axes of ``x`` and ``w`` the gemm sums over, where it is
+    the sum of the gemms of equal slices along them: a conv without groups, a
+    linear) lets a sum past ``2**24`` run as float32 gemms of the fewest slices
+    that each stay below it (``float32_chunks``), added in int64, instead of
+    one float64 gemm: the same exact sums. ``w_stats``: ``weight_sums(w codes,
+    w_out_axis, split's w axis)`` where the caller keeps it (used unless the
+    weight codes are shifted).
     ``output(acc, req, acc_bound, qmin, qmax, axis, mode)``, when given, is a
     prepared form of ``gemm_output`` (the runtime's compiled requantization,
     ``requantizer.prepared_gemm_output``) giving the output codes as float32,
@@ -552,12 +592,24 @@ def fixed_point_gemm(
         qw = shift_round(qw.astype(np.int64), w_shift, mode).astype(np.float32)
     # float32 sums integers exactly below 2**24: bound every partial sum by
     # max|qx| * sum|qw| over a weight channel's reduction (a superset of it).
-    others = tuple(a for a in range(qw.ndim) if a != w_out_axis % qw.ndim)
-    w_sums = np.sum(np.abs(qw), axis=others, dtype=np.float64)
-    bound = float(np.max(np.abs(qx), initial=0.0)) * float(np.max(w_sums, initial=0.0))
-    if bound >= 2**24:
-        qx, qw = qx.astype(np.float64), qw.astype(np.float64)
-    acc = np.rint(gemm(qx, qw)).astype(np.int64)
+    if w_stats is None or w_shift:
+        w_stats = weight_sums(qw, w_out_axis, None if split is None else split[1])
+    w_sums, per_input = w_stats
+    x_max = float(np.max(np.abs(qx), initial=0.0))
+    bound = x_max * float(np.max(w_sums, initial=0.0))
+    chunks = 1
+    if bound >= 2**24 and per_input is not None:
+        chunks = float32_chunks(per_input, x_max)
+    if chunks > 1:  # each chunk of the summed channels exact in float32
+        xs = np.split(qx, chunks, axis=split[0])
+        ws = np.split(qw, chunks, axis=split[1])
+        acc = np.rint(gemm(xs[0], ws[0])).astype(np.int64)
+        for a, c in zip(xs[1:], ws[1:], strict=True):
+            acc += np.rint(gemm(a, c)).astype(np.int64)
+    else:
+        if bound >= 2**24:
+            qx, qw = qx.astype(np.float64), qw.astype(np.float64)
+        acc = np.rint(gemm(qx, qw)).astype(np.int64)
     channels = acc.shape[axis]
     req = gemm_requantization(
         grids.x_scale,
@@ -615,12 +667,35 @@ def rescale(
     bits: int,
     clip: tuple[int, int] | None = None,
     mode: str = HALF_EVEN,
+    requant: Callable | None = None,
+    acc_bound: int | None = None,
 ) -> np.ndarray:
     """Codes on ``s_in`` requantized onto ``s_out`` (one rounding), clamped to
-    ``clip`` (a relu / clip folded in) or the ``bits``-wide range."""
+    ``clip`` (a relu / clip folded in) or the ``bits``-wide range. ``requant``
+    and ``acc_bound`` (a bound on ``|q|``): see ``requantize_by``."""
     m, shift = requantize_multipliers(rescale_factor(s_in, s_out))
     lo, hi = clip if clip is not None else qrange(bits)
-    return requantize(q, m, shift, 0, lo, hi, mode=mode)
+    return requantize_by(requant, q, m, shift, lo, hi, mode, acc_bound)
+
+
+def requantize_by(
+    requant: Callable | None,
+    acc: np.ndarray,
+    multiplier: np.ndarray,
+    shift: np.ndarray,
+    qmin: int,
+    qmax: int,
+    mode: str,
+    acc_bound: int | None,
+) -> np.ndarray:
+    """``requantize(acc, multiplier, shift, 0, qmin, qmax, mode=mode)`` (one
+    multiplier), by ``requant(acc, multiplier, shift, qmin, qmax, mode,
+    acc_bound)`` where the caller gives one and a bound on ``|acc|`` (the
+    runtime's compiled requantization, ``requantizer.prepared_requantize``:
+    the same numbers, as integer codes), else by ``requantize`` itself."""
+    if requant is not None and acc_bound is not None and np.size(multiplier) == 1:
+        return requant(acc, multiplier, shift, qmin, qmax, mode, acc_bound)
+    return requantize(acc, multiplier, shift, 0, qmin, qmax, mode=mode)
 
 
 def fixed_point_rescale(
@@ -629,24 +704,42 @@ def fixed_point_rescale(
     index: int = 0,
     clip: tuple[int, int] | None = None,
     mode: str = HALF_EVEN,
+    requant: Callable | None = None,
 ) -> np.ndarray:
     """Values on the grid of input ``index`` rescaled as the integer pipeline
     does (``rescale``), as float32 values ``q * s_out``: what a max pool, a
-    concat input or a data move between two grids computes."""
+    concat input or a data move between two grids computes. ``requant``: the
+    requantization's prepared form (``requantize_by``)."""
     s_in, bits = grids.in_scales[index], grids.in_bits[index]
-    q = codes_on_grid(x, s_in, bits).astype(np.int64)
-    out = rescale(q, s_in, grids.out_scale, grids.out_bits, clip, mode)
+    q = codes_on_grid(x, s_in, bits).astype(_code_dtype(bits, requant))
+    out = rescale(
+        q, s_in, grids.out_scale, grids.out_bits, clip, mode, requant, 1 << (bits - 1)
+    )
     return dequantize(out, grids.out_scale, 0)
 
 
+def _code_dtype(bits: int, requant: Callable | None) -> type:
+    """The dtype codes of ``bits`` are requantized from: int64 for
+    ``requantize``, the narrowest that holds them for a prepared form (8- and
+    16-bit codes: its table of every code)."""
+    if requant is None or bits > 16:
+        return np.int64
+    return np.int8 if bits <= 8 else np.int16
+
+
 def fixed_point_clip(
-    grids: Grids, x: np.ndarray, lo: float, hi: float, mode: str = HALF_EVEN
+    grids: Grids,
+    x: np.ndarray,
+    lo: float,
+    hi: float,
+    mode: str = HALF_EVEN,
+    requant: Callable | None = None,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized relu / clip between two
     grids, as float32 values ``q * s_out``: the input codes rescaled onto the
     output grid, clamped to the bounds' output codes (``clip_codes``)."""
     clip = clip_codes(lo, hi, grids.out_scale, grids.out_bits, mode)
-    return fixed_point_rescale(grids, x, 0, clip, mode)
+    return fixed_point_rescale(grids, x, 0, clip, mode, requant)
 
 
 def exact_mean_shift(ratio: float, divisor: int, bits: int) -> int | None:
@@ -828,14 +921,21 @@ def add_grid_exponent(scales, magnitude_bits, constant_absmax: float = 0.0) -> i
     return max(exact, math.ceil(math.log2(extent)) - ADD_HEADROOM_BITS)
 
 
-def on_add_grid(q, scale, e: int, mode: str = HALF_EVEN, axis=None) -> np.ndarray:
-    """Codes on ``scale`` as si32 values on the grid ``2**e``."""
+def on_add_grid(
+    q, scale, e: int, mode: str = HALF_EVEN, axis=None, requant=None, acc_bound=None
+) -> np.ndarray:
+    """Codes on ``scale`` as si32 values on the grid ``2**e`` (``requant`` and
+    ``acc_bound``, a bound on ``|q|``: ``requantize_by``)."""
     real = np.asarray(scale, np.float64).reshape(-1) * 2.0**-e
     if np.all(real == 1.0):
         return np.asarray(q, np.int64)
     m, shift = requantize_multipliers(real)
     lo, hi = qrange(32)
-    return requantize(q, m, shift, 0, lo, hi, axis if m.size > 1 else None, mode)
+    if m.size == 1:
+        return np.asarray(
+            requantize_by(requant, q, m, shift, lo, hi, mode, acc_bound), np.int64
+        )
+    return requantize(q, m, shift, 0, lo, hi, axis, mode)
 
 
 def constant_on_add_grid(values, e: int, mode: str = HALF_EVEN) -> np.ndarray:
@@ -872,7 +972,12 @@ FIXED_POINT_BINARY_KINDS = ("mul", *_ADD_GRID_KINDS)
 
 
 def fixed_point_binary(
-    kind: str, grids: Grids, a: np.ndarray, b: np.ndarray, mode: str = HALF_EVEN
+    kind: str,
+    grids: Grids,
+    a: np.ndarray,
+    b: np.ndarray,
+    mode: str = HALF_EVEN,
+    requant: Callable | None = None,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized ``add`` / ``sub`` /
     ``mul`` / ``maximum`` / ``minimum`` of per-tensor operands, as the float32
@@ -883,15 +988,17 @@ def fixed_point_binary(
     it), the si32 sum, one requantization by ``2**e * fl32(1/s_out)``. mul: the
     si32 product of the codes (a constant as ``constant_factor`` codes), one
     requantization by ``s_a * s_b * fl32(1/s_out)``. maximum / minimum: as add,
-    the larger / smaller of the two terms instead of their sum.
+    the larger / smaller of the two terms instead of their sum. ``requant``:
+    the requantizations' prepared form (``requantize_by``).
     """
     operands = []
     for v, s, bits in zip((a, b), grids.in_scales, grids.in_bits, strict=True):
         v = np.asarray(v)
         if s == 0.0:
             operands.append((None, None, v.astype(np.float32).astype(np.float64)))
-        else:
-            operands.append((codes_on_grid(v, s, bits).astype(np.int64), s, bits))
+        else:  # (a mul's product of codes: int64)
+            dtype = np.int64 if kind == "mul" else _code_dtype(bits, requant)
+            operands.append((codes_on_grid(v, s, bits).astype(dtype), s, bits))
     qmin, qmax = qrange(grids.out_bits)
     if kind == "mul":
         codes, scales = [], []
@@ -903,7 +1010,7 @@ def fixed_point_binary(
         product = saturate(codes[0] * codes[1], 32)
         real = scales[0] * scales[1] * inv_scale(grids.out_scale)
         m, shift = requantize_multipliers(real)
-        out = requantize(product, m, shift, 0, qmin, qmax, mode=mode)
+        out = requantize_by(requant, product, m, shift, qmin, qmax, mode, 1 << 31)
         return dequantize(out, grids.out_scale, 0)
     coded = [(q, s, bits) for q, s, bits in operands if q is not None]
     constants = [v for q, _, v in operands if q is None]
@@ -911,12 +1018,15 @@ def fixed_point_binary(
     scales, widths = [s for _, s, _ in coded], [b - 1 for _, _, b in coded]
     e = add_grid_exponent(scales, widths, absmax)
     terms = [
-        constant_on_add_grid(v, e, mode) if q is None else on_add_grid(q, s, e, mode)
+        constant_on_add_grid(v, e, mode)
+        if q is None
+        else on_add_grid(q, s, e, mode, requant=requant, acc_bound=1 << (v - 1))
         for q, s, v in operands
-    ]
+    ]  # (v: a coded operand's bits)
     total = _ADD_GRID_KINDS[kind](terms[0], terms[1])
     m, shift = requantize_multipliers(2.0**e * inv_scale(grids.out_scale))
-    out = requantize(saturate(total, 32), m, shift, 0, qmin, qmax, mode=mode)
+    total = saturate(total, 32)
+    out = requantize_by(requant, total, m, shift, qmin, qmax, mode, 1 << 31)
     return dequantize(out, grids.out_scale, 0)
 
 

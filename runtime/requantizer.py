@@ -566,6 +566,34 @@ def prepared_gemm_output(acc, req, acc_bound, qmin, qmax, axis, mode):
     return None if output is None else output(acc, np.float32)
 
 
+_PREPARED_REQUANTIZERS: collections.OrderedDict = collections.OrderedDict()
+
+
+def prepared_requantize(acc, multiplier, shift, qmin, qmax, mode, acc_bound):
+    """``numerics.requantize(acc, multiplier, shift, 0, qmin, qmax, mode=mode)``
+    (one multiplier; ``|acc| <= acc_bound``) as integer codes by a
+    ``Requantizer``, built once per requantization and kept (the last
+    ``PREPARED_OUTPUTS_KEPT``): the rescales, clips and adds of the QAT modules'
+    fixed-point forward (VALIDATION) pass it to ``numerics.requantize_by``."""
+    m, s = (
+        int(np.asarray(multiplier).reshape(-1)[0]),
+        int(np.asarray(shift).reshape(-1)[0]),
+    )
+    key = (m, s, qmin, qmax, mode, acc_bound, np.ndim(acc))
+    r = _PREPARED_REQUANTIZERS.get(key)
+    if r is None:
+        r = _PREPARED_REQUANTIZERS[key] = Requantizer(
+            [m], [s], 0, qmin, qmax,
+            ndim=np.ndim(acc), axis=None, mode=mode, acc_bound=acc_bound,
+        )  # fmt: skip
+        while len(_PREPARED_REQUANTIZERS) > PREPARED_OUTPUTS_KEPT:
+            _PREPARED_REQUANTIZERS.popitem(last=False)
+    else:
+        _PREPARED_REQUANTIZERS.move_to_end(key)
+    wide = max(-qmin, qmax) >= 1 << 15
+    return r(np.asarray(acc), np.int64 if wide else np.int16)
+
+
 def fused_epilogue(
     multiplier,
     shift,

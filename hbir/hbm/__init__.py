@@ -116,15 +116,23 @@ class HbmFunction:
         result buffers).
 
         A function compiled with batch 1 also takes a batch (every input with a
-        leading dimension of N instead of 1): the program runs once per sample
-        and each output stacks the N results. Outputs come back in the inputs'
-        kind: torch tensors when an input is a tensor, numpy arrays otherwise."""
+        leading dimension of N instead of 1): the program runs on the N samples
+        at once (``runtime/npu_batch.py``: each layer one kernel call for the
+        batch where its kernel allows; with ``on_instruction``, once per
+        sample) and each output stacks the N results. Outputs come back in the
+        inputs' kind: torch tensors when an input is a tensor, numpy arrays
+        otherwise."""
         from hbir.module import Outputs, in_kind, sample_by_sample, wants_torch
 
         arrays, batch = self._check_inputs(inputs)
         with self._sim.lock:  # (one run at a time: the simulator's memories)
+            batched = None
+            if batch is not None and on_instruction is None:
+                batched = self._sim.batched(batch)
             if batch is None:
                 results = self._sim.run(arrays, on_instruction)
+            elif batched is not None:
+                results = batched.run([np.ascontiguousarray(x) for x in arrays])
             else:
                 run = lambda xs: self._sim.run(xs, on_instruction)  # noqa: E731
                 results = sample_by_sample(run, arrays, batch)

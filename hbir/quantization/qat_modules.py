@@ -48,6 +48,10 @@ from hbir.quantization.qconfig import QConfig
 from hbir.quantization.rounding import get_round_mode
 from hbir.runtime import numerics, requantizer
 
+# The fixed-point forward's requantizations by the runtime's compiled form (the
+# reference's numbers: ``numerics.requantize_by``).
+_FAST = {"requant": requantizer.prepared_requantize}
+
 
 class QATModule(nn.Module):
     """Shared quantization state of all QAT modules (a mixin for nn layers)."""
@@ -237,7 +241,19 @@ class _Substitute(torch.autograd.Function):
 
 
 def _fixed_point(
-    grids, x, w, bias, gemm, *, terms: int, axis: int, w_axis, w_out=0, w_codes=None
+    grids,
+    x,
+    w,
+    bias,
+    gemm,
+    *,
+    terms: int,
+    axis: int,
+    w_axis,
+    w_out=0,
+    w_codes=None,
+    split=None,
+    w_stats=None,
 ):
     """The integer pipeline's output values (``numerics.fixed_point_gemm``) of
     ``gemm`` (a float conv / linear / matmul), with the float gemm's gradient
@@ -260,6 +276,8 @@ def _fixed_point(
         w_codes=w_codes is not None,
         mode=get_round_mode(),
         output=requantizer.prepared_gemm_output,  # the runtime's compiled form
+        split=split,
+        w_stats=w_stats,
     )
     if w is not None and _grad_needed(x, w, bias):
         return _with_gradient(gemm(x, w, bias), y)
@@ -402,7 +420,16 @@ class _WeightLayer(QATModule):
         if _grad_needed(x, self.weight, bias):
             w = self.weight_fake_quant(self.weight)
         codes = self._weight_codes()
-        return _fixed_point(grids, x, w, bias, gemm, w_codes=codes, **layout)
+        split = layout.get("split")
+        w_axes = (layout.get("w_out", 0), None if split is None else split[1])
+        stats = getattr(self, "_stats_cache", None)
+        key = (id(codes), w_axes)
+        if stats is None or stats[0] != key or stats[1] is not codes:
+            stats = (key, codes, numerics.weight_sums(codes, *w_axes))
+            self._stats_cache = stats  # (per weight version, as the codes)
+        return _fixed_point(
+            grids, x, w, bias, gemm, w_codes=codes, w_stats=stats[2], **layout
+        )
 
     def _inputs(self, x: torch.Tensor):
         """(input, fake-quantized weight, bias) in the forward's precision."""
@@ -463,8 +490,10 @@ class Conv2d(_WeightLayer, nn.Conv2d):
         else:
             (x,) = self._quant_inputs(x)
             terms = self.weight[0].numel()
+            # (without groups: the sum over input channels splits into slices)
+            split = (1, 1) if self.groups == 1 else None
             out = self._fixed_point_forward(
-                grids, x, self._gemm, terms=terms, axis=1, w_axis=0
+                grids, x, self._gemm, terms=terms, axis=1, w_axis=0, split=split
             )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
@@ -593,7 +622,7 @@ class Linear(_WeightLayer, nn.Linear):
             (x,) = self._quant_inputs(x)
             terms = self.weight.shape[1]
             out = self._fixed_point_forward(
-                grids, x, F.linear, terms=terms, axis=-1, w_axis=0
+                grids, x, F.linear, terms=terms, axis=-1, w_axis=0, split=(-1, 1)
             )
         return self._output(_apply_relu(out, self.fused_relu), dtype)
 
@@ -725,7 +754,7 @@ class MaxPool2d(nn.MaxPool2d, QATModule):
         if grids is not None:
             mode = get_round_mode()
             y = _with_gradient(
-                y, numerics.fixed_point_rescale(grids, _numpy(y), 0, mode=mode)
+                y, numerics.fixed_point_rescale(grids, _numpy(y), 0, mode=mode, **_FAST)
             )
         y = self.activation_post_process(y)
         return y if indices is None else (y, indices)
@@ -980,7 +1009,7 @@ class Clamp(QATModule):
             y = _with_gradient(
                 torch.clamp(x, self.min_value, self.max_value),
                 numerics.fixed_point_clip(
-                    grids, _numpy(x), *self.bounds(), get_round_mode()
+                    grids, _numpy(x), *self.bounds(), get_round_mode(), **_FAST
                 ),
             )
         return self.activation_post_process(y)
@@ -1027,7 +1056,9 @@ class ConstantPad(QATModule):
         grids = self.fixed_point_grids()
         if grids is not None:  # the input requantized to the output grid, as convert
             mode = get_round_mode()
-            exact = numerics.fixed_point_rescale(grids, _numpy(x), 0, mode=mode)
+            exact = numerics.fixed_point_rescale(
+                grids, _numpy(x), 0, mode=mode, **_FAST
+            )
             x = _with_gradient(x, exact)
         return self.activation_post_process(F.pad(x, self.pad, value=self.value))
 
@@ -1062,7 +1093,8 @@ class QuantSelect(QATModule):
         grids = self.branch_grids(index)
         if grids is None:
             return v
-        exact = numerics.fixed_point_rescale(grids, _numpy(v), 0, mode=get_round_mode())
+        mode = get_round_mode()
+        exact = numerics.fixed_point_rescale(grids, _numpy(v), 0, mode=mode, **_FAST)
         return _with_gradient(v, exact)
 
     def forward(self, mask: torch.Tensor, a, b) -> torch.Tensor:
@@ -1134,7 +1166,7 @@ class _Binary(QATModule):
         grids = self.fixed_point_grids(a, b)
         if grids is not None:
             y = numerics.fixed_point_binary(
-                self.op, grids, _numpy(a), _numpy(b), get_round_mode()
+                self.op, grids, _numpy(a), _numpy(b), get_round_mode(), **_FAST
             )
             return self._output(_with_gradient(self.compute(a, b), y), dtype)
         if self.exact_inputs:
@@ -1257,7 +1289,10 @@ class QuantCat(QATModule):
             mode = get_round_mode()
             tensors = [
                 _with_gradient(
-                    t, numerics.fixed_point_rescale(grids, _numpy(t), i, mode=mode)
+                    t,
+                    numerics.fixed_point_rescale(
+                        grids, _numpy(t), i, mode=mode, **_FAST
+                    ),
                 )
                 for i, t in enumerate(tensors)
             ]

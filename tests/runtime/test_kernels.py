@@ -506,3 +506,113 @@ def test_fixed_point_gemm_with_the_prepared_output_equals_the_reference(bits, mo
             np.testing.assert_array_equal(got, want)
     # (the compiled form ran: a prepared requantizer, not the fallback)
     assert any(r is not None for r in requantizer._PREPARED_OUTPUTS.values())
+
+
+def test_a_conv_past_float32_splits_its_input_channels_exactly():
+    """K = 256 * 9 codes near 127: the sums pass 2**24, where one float32 conv
+    rounds them (checked here); the conv splits its input channels into the
+    fewest chunks whose sums float32 holds exactly (4 of 64 channels) and its
+    sums equal the int64 reference, as integers and as raw floats, with even
+    and uneven padding, int8 and uint8 inputs, in a batch."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(100, 128, (8, 256, 3, 3)).astype(np.int8)
+    x = rng.integers(100, 128, (2, 256, 9, 9)).astype(np.int8)
+    packed = kernels.pack_conv2d(w, np.int8, 1)
+    assert (packed.method, packed.chunks) == ("float32_split", 4)
+    plain = torch.nn.functional.conv2d(
+        torch.from_numpy(x).float(), torch.from_numpy(w).float(), None, 1, 1
+    ).numpy()
+    ref = integer_ops.numpy_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert not np.array_equal(plain.astype(np.int64), ref)  # float32 alone rounds
+    for pads in ((1, 1, 1, 1), (0, 1, 2, 1)):
+        ref = integer_ops.numpy_conv2d(x, w, (2, 1), pads, (1, 1), 1)
+        got = kernels.conv2d_sums(x, packed, (2, 1), pads, (1, 1))
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, ref)
+        raw = kernels.conv2d_sums(x, packed, (2, 1), pads, (1, 1), raw=True)
+        assert raw.dtype == np.float64
+        np.testing.assert_array_equal(raw, ref)
+    xu = rng.integers(200, 256, (1, 256, 6, 6)).astype(np.uint8)
+    packed_u = kernels.pack_conv2d(w, np.uint8, 1)
+    assert packed_u.method == "float32_split" and packed_u.chunks >= 4
+    np.testing.assert_array_equal(
+        kernels.conv2d_sums(xu, packed_u, (1, 1), (0, 0, 0, 0), (1, 1)),
+        integer_ops.numpy_conv2d(xu, w, (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    )
+    # a bound no split within MAX_FLOAT32_CHUNKS meets: the float64 engine
+    w16 = codes((2, 4, 3, 3), np.int16, "max")
+    assert kernels.pack_conv2d(w16, np.int16, 1).method == "float64"
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+@pytest.mark.parametrize("bits", [(8, 8, 8), (16, 8, 16), (8, 16, 8), (8, 8, 16)])
+def test_fixed_point_rescales_and_binaries_with_the_prepared_requantizer(bits, mode):
+    """The QAT fixed-point forward's rescales, clips and add / sub / mul / max
+    by the compiled requantizer (``requantizer.prepared_requantize``) give the
+    int64 reference's numbers: scale ratios with exact ties (3/8, 1/2, 2),
+    random ones, extreme and random codes, a float constant operand, and again
+    from the cache."""
+    a_bits, b_bits, out_bits = bits
+    fast = {"requant": requantizer.prepared_requantize}
+    scales = [(0.03, 0.08, 0.08), (0.05, 0.1, 0.025), (0.0371, 0.0113, 0.0529)]
+    for s_a, s_b, s_out in scales:
+        grids = numerics.Grids((s_a, s_b), (a_bits, b_bits), s_out, out_bits)
+        for kind in ("random", "max", "positive"):
+            qa = codes((4, 33), np.int8 if a_bits == 8 else np.int16, kind)
+            qb = codes((4, 33), np.int8 if b_bits == 8 else np.int16, "random")
+            a, b = qa * np.float32(s_a), qb * np.float32(s_b)
+            for _ in range(2):  # built, then from the cache
+                for index, x in ((0, a), (1, b)):
+                    want = numerics.fixed_point_rescale(grids, x, index, mode=mode)
+                    got = numerics.fixed_point_rescale(
+                        grids, x, index, mode=mode, **fast
+                    )
+                    assert got.dtype == want.dtype == np.float32
+                    np.testing.assert_array_equal(got, want)
+                want = numerics.fixed_point_clip(grids, a, 0.0, 1.5, mode)
+                got = numerics.fixed_point_clip(grids, a, 0.0, 1.5, mode, **fast)
+                np.testing.assert_array_equal(got, want)
+                for op in ("add", "sub", "mul", "maximum"):
+                    want = numerics.fixed_point_binary(op, grids, a, b, mode)
+                    got = numerics.fixed_point_binary(op, grids, a, b, mode, **fast)
+                    assert got.dtype == want.dtype
+                    np.testing.assert_array_equal(got, want)
+        constant = numerics.Grids((s_a, 0.0), (a_bits, 0), s_out, out_bits)
+        c = np.float32(0.37)
+        want = numerics.fixed_point_binary("add", constant, a, c, mode)
+        got = numerics.fixed_point_binary("add", constant, a, c, mode, **fast)
+        np.testing.assert_array_equal(got, want)
+    assert requantizer._PREPARED_REQUANTIZERS  # (the compiled form ran)
+
+
+@pytest.mark.parametrize("mode", [numerics.HALF_EVEN, numerics.HALF_UP])
+def test_fixed_point_gemm_past_float32_sums_float32_slices_exactly(mode):
+    """A linear of 2,048 terms of codes near 127 (sums past 2**24): with
+    ``split`` its sum runs as float32 gemms of input slices that each stay
+    below 2**24 (checked: float32 operands, two slices), and the result equals
+    the float64 gemm's and the int64 reference's."""
+    k, channels = 2048, 5
+    grids = numerics.Grids((0.02,), (8,), 0.5, 8, (0.01,), 8)
+    wq = RNG.integers(100, 128, (channels, k)).astype(np.int8)
+    xq = RNG.integers(100, 128, (3, k)).astype(np.int8)
+    x, w = xq * np.float32(0.02), wq * np.float32(0.01)
+    calls = []
+
+    def gemm(a, b):
+        calls.append((a.dtype, a.shape[-1]))
+        return a.astype(np.float64) @ b.astype(np.float64).T
+
+    args = dict(bias=None, terms=k, axis=-1, w_axis=None, mode=mode)
+    want = numerics.fixed_point_gemm(grids, x, w, gemm, **args)
+    assert calls == [(np.float64, k)]  # one float64 gemm
+    calls.clear()
+    got = numerics.fixed_point_gemm(grids, x, w, gemm, split=(-1, 1), **args)
+    assert calls == [(np.float32, k // 2)] * 2  # 127 * 1024 * 127 < 2**24
+    np.testing.assert_array_equal(got, want)
+    exact = xq.astype(np.int64) @ wq.astype(np.int64).T  # the int64 sums
+    req = numerics.gemm_requantization(
+        0.02, np.float32([0.01]), 0.5, terms=k, x_bits=8, w_bits=8,
+        bias=None, channels=channels, mode=mode,
+    )  # fmt: skip
+    codes = numerics.gemm_output(exact, req, -128, 127, -1, mode)
+    np.testing.assert_array_equal(got, numerics.dequantize(codes, 0.5, 0))
