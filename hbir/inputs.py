@@ -100,6 +100,66 @@ def quant_info(attrs: DictionaryAttr | None) -> QuantInfo | None:
     )
 
 
+class ArgumentType:
+    """``Argument.type`` as the reference's ``TensorType``: ``shape`` (a tuple),
+    ``dims`` (a list), ``rank``, ``dtype`` (the element type's name: "si8",
+    "f32"), ``np_dtype``, ``torch_dtype`` and ``quant_info``. Anything else is
+    the xDSL ``TensorType``'s (``element_type``, ``get_shape()``), which
+    ``.tensor_type`` is; it compares and prints as that type."""
+
+    __slots__ = ("quant_info", "tensor_type")
+
+    def __init__(self, tensor_type: TensorType, quant_info: QuantInfo | None = None):
+        self.tensor_type = tensor_type
+        self.quant_info = quant_info
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor_type.get_shape())
+
+    @property
+    def dims(self) -> list[int]:
+        return list(self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> str:
+        return str(self.tensor_type.element_type)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The numpy dtype a feed takes (bf16: float32, numpy has no bf16)."""
+        return numpy_dtype(self.tensor_type.element_type)
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        if self.dtype == "bf16":
+            return torch.bfloat16
+        return torch.from_numpy(np.empty(0, self.np_dtype)).dtype
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in self.__slots__:  # copy, pickle
+            raise AttributeError(name)
+        return getattr(self.tensor_type, name)
+
+    def __eq__(self, other) -> bool:
+        other = other.tensor_type if isinstance(other, ArgumentType) else other
+        return self.tensor_type == other
+
+    def __hash__(self) -> int:
+        return hash(self.tensor_type)
+
+    def __str__(self) -> str:
+        return str(self.tensor_type)
+
+    __repr__ = __str__
+
+
 @dataclass(frozen=True)
 class Argument:
     """One function input or output: name, shape, numpy dtype, and for an integer
@@ -108,7 +168,7 @@ class Argument:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
-    type: TensorType
+    type: ArgumentType
     quant_info: QuantInfo | None = None
     function: Any = field(default=None, compare=False, repr=False)
     is_input: bool = field(default=True, compare=False, repr=False)
@@ -120,12 +180,13 @@ class Argument:
     def of(
         cls, name: str, t: TensorType, attrs, function=None, is_input=True
     ) -> Argument:
+        info = quant_info(attrs)
         return cls(
             name,
             tuple(t.get_shape()),
             numpy_dtype(t.element_type),
-            t,
-            quant_info(attrs),
+            ArgumentType(t, info),
+            info,
             function,
             is_input,
         )

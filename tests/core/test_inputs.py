@@ -394,3 +394,27 @@ def test_insert_split_errors(tiny_qat_bc, dim, message):
         arg.insert_split(dim)
     with pytest.raises(InputEditError, match="already converted"):
         quantized.clone()["forward"].inputs[0].insert_split(0)
+
+
+def test_an_argument_type_reads_as_the_reference_tensor_type(tiny_qat_bc):
+    import copy
+    import pickle
+
+    qat_bc, quantized = tiny_qat_bc[3]
+    quantized = quantized.clone()
+    arg = qat_bc["forward"].inputs[0]
+    t = arg.type
+    assert t.shape == arg.shape and t.dims == list(arg.shape)
+    assert t.rank == len(arg.shape)
+    assert (t.dtype, t.np_dtype, t.torch_dtype) == ("f32", np.float32, torch.float32)
+    assert t == t.tensor_type and str(t) == str(t.tensor_type)
+    assert t.element_type == t.tensor_type.element_type  # the xDSL type's own
+    assert copy.deepcopy(t) == t and pickle.loads(pickle.dumps(t)) == t
+    quantized["forward"].remove_io_op(op_types=["Quantize"])
+    codes = quantized["forward"].inputs[0].type
+    assert (codes.dtype, codes.np_dtype, codes.torch_dtype) == (
+        "si8",
+        np.int8,
+        torch.int8,
+    )
+    assert codes.quant_info is not None and codes.quant_info.scales
