@@ -10,7 +10,13 @@ from torch import nn
 
 import hbir
 from hbir.default_march import default_march, set_default_march
-from hbir.plugin.march import March, get_march, is_nash_series, set_march
+from hbir.plugin.march import (
+    March,
+    get_march,
+    is_nash_series,
+    set_march,
+    with_march,
+)
 from hbir.quantization import (
     DeQuantStub,
     FakeQuantState,
@@ -98,6 +104,18 @@ def test_is_nash_series():
     assert not is_nash_series()
     set_march("nash-m")
     assert is_nash_series()
+
+
+def test_with_march_fills_in_the_current_march():
+    @with_march
+    def target(x, march=None):
+        return x, march
+
+    assert target(1) == (1, None)
+    set_march("nash-p")
+    assert target(2) == (2, "nash-p")
+    assert target(3, march="nash-e") == (3, "nash-e")  # an explicit march wins
+    assert target.__name__ == "target"
 
 
 def test_plugin_paths_are_hbirs_own_objects():
