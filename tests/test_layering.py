@@ -181,3 +181,14 @@ def test_importing_hbir_changes_nothing_in_xdsl():
         "assert attribute_parser.base is original_base\n"
         "assert not hasattr(attribute_parser.base, 'cache_info')\n"
     )
+
+
+def test_mode_lists_kept_below_the_dialect_agree_with_it():
+    # The dialect does not import numpy at start-up, and numerics / the hbm loader
+    # sit below it: each writes its mode list, and they must be one list.
+    from hbir.dialects import hbir
+    from hbir.runtime import hbm_opcodes, numerics
+
+    assert hbir.Resize2dOp.MODES == hbm_opcodes.RESIZE_MODES
+    assert hbir.RoiResizeOp.INTERPOLATIONS == numerics.ROI_INTERPOLATIONS
+    assert hbir.RoiResizeOp.EXPANSIONS == numerics.ROI_EXPANSIONS
