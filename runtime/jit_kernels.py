@@ -228,3 +228,110 @@ def depthwise(x, w, sh, sw, dh, dw, top, left, out):
                         xr, wr = x[b, y, xx], w[i, j]
                         for c in range(channels):
                             o[c] += np.int32(xr[c]) * np.int32(wr[c])
+
+
+@numba.njit(**_JIT)
+def winograd_input(x, top, left, th, tw, chunks, v):
+    """Winograd F(2x2, 3x3)'s input transform of 8-bit codes, exact in float32:
+    ``v[k*16 + 4a + b, t, q] = (B^T d B)[a, b]`` of the 4x4 patch ``d`` of
+    channel ``k*cs + q`` (``cs = C / chunks``) under tile ``t = (n th + ty) tw
+    + tx``, whose top-left pixel is ``x[n, 2ty - top, 2tx - left]`` (pixels
+    outside ``x``: its zero padding). ``x`` is ``[N, H, W, C]`` (any strides)."""
+    n, h, w, c = x.shape
+    cs = c // chunks
+    d = np.empty((4, 4, c), np.float32)
+    s = np.empty((4, 4, c), np.float32)
+    for b in range(n):
+        for ty in range(th):
+            for tx in range(tw):
+                t = (b * th + ty) * tw + tx
+                for i in range(4):
+                    y = 2 * ty - top + i
+                    for j in range(4):
+                        xx = 2 * tx - left + j
+                        dij = d[i, j]
+                        if 0 <= y < h and 0 <= xx < w:
+                            row = x[b, y, xx]
+                            for q in range(c):
+                                dij[q] = row[q]
+                        else:
+                            dij[:] = 0.0
+                for j in range(4):  # B^T d: the columns
+                    d0, d1, d2, d3 = d[0, j], d[1, j], d[2, j], d[3, j]
+                    s0, s1, s2, s3 = s[0, j], s[1, j], s[2, j], s[3, j]
+                    for q in range(c):
+                        s0[q] = d0[q] - d2[q]
+                        s1[q] = d1[q] + d2[q]
+                        s2[q] = d2[q] - d1[q]
+                        s3[q] = d1[q] - d3[q]
+                for a in range(4):  # (B^T d) B: the rows, chunk by chunk
+                    for k in range(chunks):
+                        lo, hi = k * cs, (k + 1) * cs
+                        e0, e1 = s[a, 0, lo:hi], s[a, 1, lo:hi]
+                        e2, e3 = s[a, 2, lo:hi], s[a, 3, lo:hi]
+                        p = k * 16 + a * 4
+                        v0, v1, v2, v3 = v[p, t], v[p + 1, t], v[p + 2, t], v[p + 3, t]
+                        for q in range(cs):
+                            v0[q] = e0[q] - e2[q]
+                            v1[q] = e1[q] + e2[q]
+                            v2[q] = e2[q] - e1[q]
+                            v3[q] = e1[q] - e3[q]
+
+
+@numba.njit(**_JIT)
+def _winograd_tile(mp, out, b, y, x):
+    """One tile of ``winograd_output``: ``mp[4a + c, o]`` its 16 product
+    planes' sums, written to ``out[b, y:y + 2, x:x + 2]`` (what of it exists)."""
+    _, oh, ow, o = out.shape
+    full = y + 1 < oh and x + 1 < ow
+    for q in range(o):
+        m0, m1, m2, m3 = mp[0, q], mp[1, q], mp[2, q], mp[3, q]
+        m4, m5, m6, m7 = mp[4, q], mp[5, q], mp[6, q], mp[7, q]
+        m8, m9, m10, m11 = mp[8, q], mp[9, q], mp[10, q], mp[11, q]
+        m12, m13, m14, m15 = mp[12, q], mp[13, q], mp[14, q], mp[15, q]
+        # A^T M (float64: exact), then (A^T M) A
+        c0, c1 = np.float64(m0) + m4 + m8, np.float64(m1) + m5 + m9
+        c2, c3 = np.float64(m2) + m6 + m10, np.float64(m3) + m7 + m11
+        d0, d1 = np.float64(m4) - m8 - m12, np.float64(m5) - m9 - m13
+        d2, d3 = np.float64(m6) - m10 - m14, np.float64(m7) - m11 - m15
+        y00, y01 = (c0 + c1 + c2) * 0.25, (c1 - c2 - c3) * 0.25
+        y10, y11 = (d0 + d1 + d2) * 0.25, (d1 - d2 - d3) * 0.25
+        if full:
+            out[b, y, x, q] = y00
+            out[b, y, x + 1, q] = y01
+            out[b, y + 1, x, q] = y10
+            out[b, y + 1, x + 1, q] = y11
+        else:
+            out[b, y, x, q] = y00
+            if x + 1 < ow:
+                out[b, y, x + 1, q] = y01
+            if y + 1 < oh:
+                out[b, y + 1, x, q] = y10
+                if x + 1 < ow:
+                    out[b, y + 1, x + 1, q] = y11
+
+
+@numba.njit(**_JIT)
+def winograd_output(m, chunks, th, tw, out):
+    """Winograd F(2x2, 3x3)'s output transform: ``out[n, 2ty + i, 2tx + j, o]
+    = (A^T M A)[i, j] / 4`` where ``M[4a + b] = sum_k m[k*16 + 4a + b, t, o]``
+    (each chunk's exact integer products, float32; added in float64, exact
+    below 2**53), the 4 undoing the integer weight transform's scale. Rows and
+    columns past ``out`` (an odd size) are dropped. ``out`` is ``[N, OH, OW,
+    O]`` of any integer or float dtype."""
+    n = out.shape[0]
+    o = out.shape[3]
+    acc = np.empty((16, o), np.float64)
+    for b in range(n):
+        for ty in range(th):
+            for tx in range(tw):
+                t = (b * th + ty) * tw + tx
+                for p in range(16):  # (contiguous: the tile's loop vectorises)
+                    ap, mp = acc[p], m[p, t]
+                    for q in range(o):
+                        ap[q] = mp[q]
+                    for k in range(1, chunks):
+                        mk = m[k * 16 + p, t]
+                        for q in range(o):
+                            ap[q] += mk[q]
+                _winograd_tile(acc, out, b, 2 * ty, 2 * tx)
