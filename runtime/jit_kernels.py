@@ -335,3 +335,19 @@ def winograd_output(m, chunks, th, tw, out):
                         for q in range(o):
                             ap[q] += mk[q]
                 _winograd_tile(acc, out, b, 2 * ty, 2 * tx)
+
+
+@numba.njit(**_JIT)
+def fake_quantize(x, inv, scale, zero, qmin, qmax, out):
+    """``torch.fake_quantize_per_tensor_affine``'s forward on flat float32
+    arrays, bit for bit (its CPU kernel's arithmetic, checked in
+    ``tests/quantization/test_fake_quantize.py``): ``(clamp(nearbyint(x *
+    inv) + zero, qmin, qmax) - zero) * scale`` in float32, ``inv`` being
+    ``fl32(1 / scale)``; NaN goes to ``qmin``, as there."""
+    for i in range(x.size):
+        v = np.rint(x[i] * inv) + zero
+        if v != v:
+            q = qmin
+        else:
+            q = min(max(v, qmin), qmax)
+        out[i] = (q - zero) * scale

@@ -549,6 +549,7 @@ def fixed_point_gemm(
     output: Callable | None = None,
     split: tuple[int, int] | None = None,
     w_stats: tuple | None = None,
+    exact: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None,
 ) -> np.ndarray:
     """What the integer pipeline computes for a quantized conv / linear / matmul,
     as the float32 values ``q * s_out`` of its output codes.
@@ -574,6 +575,9 @@ def fixed_point_gemm(
     prepared form of ``gemm_output`` (the runtime's compiled requantization,
     ``requantizer.prepared_gemm_output``) giving the output codes as float32,
     or None where it has none; ``acc_bound`` bounds ``|acc|`` for any input.
+    ``exact(qx, qw)``, when given, is a faster exact engine of the caller's for
+    the code sums (the codes as float32 in, integer sums out), or None where it
+    does not take these operands; ``gemm`` sums what it does not take.
     """
     if terms * (1 << (grids.x_bits - 1)) * (1 << (grids.w_bits - 1)) > 2**53:
         raise ValueError(f"a {terms}-term accumulation may exceed 2**53")
@@ -600,7 +604,12 @@ def fixed_point_gemm(
     chunks = 1
     if bound >= 2**24 and per_input is not None:
         chunks = float32_chunks(per_input, x_max)
-    if chunks > 1:  # each chunk of the summed channels exact in float32
+    acc = None
+    if exact is not None and not (x_shift or w_shift):
+        acc = exact(qx, qw)
+    if acc is not None:
+        pass
+    elif chunks > 1:  # each chunk of the summed channels exact in float32
         xs = np.split(qx, chunks, axis=split[0])
         ws = np.split(qw, chunks, axis=split[1])
         acc = np.rint(gemm(xs[0], ws[0])).astype(np.int64)

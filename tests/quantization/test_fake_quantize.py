@@ -5,6 +5,7 @@ half constructed ties ``(k + 0.5) * s``; the count of exact ties
 ``fl32(x * fl32(1 / s)) == k + 0.5`` is asserted so the tie coverage is real.
 """
 
+import importlib
 import warnings
 
 import numpy as np
@@ -20,7 +21,9 @@ from hbir.quantization import (
     qint16,
     set_round_mode,
 )
-from hbir.runtime import numerics
+from hbir.runtime import numerics, requantizer
+
+fq_module = importlib.import_module("hbir.quantization.fake_quantize")
 
 N = 1_000_000
 SCALES = [0.0123, 2.0**-4, 0.00784, 0.02]
@@ -79,6 +82,34 @@ def test_per_tensor_half_even_bit_exact_forward_and_grad(scale, dtype):
     mask = _mask(x.numpy(), scale, qmin, qmax, "half_even")
     assert 0 < mask.sum() < N
     assert np.array_equal(xa.grad.numpy(), np.where(mask, grad.numpy(), 0))
+
+
+@pytest.mark.parametrize("zero_point", [0, 5, -3])
+@pytest.mark.parametrize("dtype", [qint8, qint16])
+@pytest.mark.parametrize("scale", SCALES)
+def test_per_tensor_without_gradient_is_torchs_kernel_bit_for_bit(
+    scale, dtype, zero_point
+):
+    """Without a gradient the forward is one compiled pass; it equals torch's
+    kernel on ties, values past the range, infinities, NaN and -0.0, in NCHW
+    and channels-last memory (the result keeps the input's strides)."""
+    qmin, qmax = dtype.min, dtype.max
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e30])
+    x = torch.cat([_values(scale, qmax), specials, -specials])
+    s = torch.tensor([scale], dtype=torch.float32)
+    zp = torch.tensor([zero_point], dtype=torch.int32)
+    ref = torch.fake_quantize_per_tensor_affine(x, s, zp, qmin, qmax)
+    with torch.no_grad():
+        ours = fake_quantize(x, s, zp, qmin, qmax)
+    assert torch.equal(ours.view(torch.int32), ref.view(torch.int32))  # bits
+    if requantizer.loops() is not None:  # (the compiled pass is what ran)
+        assert fq_module._compiled_per_tensor(x, s, zp, qmin, qmax) is not None
+    image = x[: 4 * 16 * 32 * 32].reshape(4, 16, 32, 32)
+    last = image.contiguous(memory_format=torch.channels_last)
+    got = fake_quantize(last, s, zp, qmin, qmax)  # (no grad: plain tensor)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    want = torch.fake_quantize_per_tensor_affine(image, s, zp, qmin, qmax)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
 
 
 def test_per_channel_half_even_bit_exact_forward_and_grad():

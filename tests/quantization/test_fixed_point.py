@@ -32,7 +32,7 @@ from hbir.quantization import (
     qint16,
     set_fake_quantize,
 )
-from hbir.runtime import numerics
+from hbir.runtime import numerics, winograd
 
 
 class Head(nn.Module):
@@ -127,6 +127,56 @@ def test_conv_in_validation_gives_the_integer_pipelines_codes(tmp_path):
     terms = conv.weight[0].numel()
     want = _reference_codes(acc, conv.bias.detach().numpy(), s_x, s_w, s_y, terms)
     assert np.array_equal(got, want)
+
+
+class Wide(nn.Module):
+    """A 3x3 stride-1 conv of 16 channels behind a first conv: the runtime's
+    exact Winograd transform takes its sums in VALIDATION."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.stem = nn.Conv2d(3, 16, 1)
+        self.conv = nn.Conv2d(16, 16, 3, padding=1)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        return self.dequant(self.conv(self.stem(self.quant(x))))
+
+
+def test_a_3x3_conv_in_validation_sums_by_winograd_to_the_same_codes(
+    tmp_path, monkeypatch
+):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    qat = prepare(Wide().eval(), (torch.randn(1, 3, 9, 7),), out_dir=tmp_path)
+    set_fake_quantize(qat, FakeQuantState.CALIBRATION)
+    with torch.no_grad():
+        for _ in range(3):
+            qat(torch.randn(2, 3, 9, 7, generator=g))
+    set_fake_quantize(qat, FakeQuantState.VALIDATION)
+    calls = []
+    sums = winograd.sums
+    monkeypatch.setattr(winograd, "sums", lambda *a: calls.append(1) or sums(*a))
+    conv, x = qat.conv, torch.randn(2, 3, 9, 7, generator=g)
+    s_x = float(conv.input_fake_quants()[0].scale)
+    s_y = float(conv.activation_post_process.scale)
+    for step in range(2):  # the second after a weight update: transformed again
+        s_w = conv.weight_fake_quant.scale.detach().numpy()
+        with torch.no_grad():
+            xin = qat.stem(qat.quant(x))
+            xq = torch.round(xin / s_x).double()
+            w = conv.weight_fake_quant(conv.weight)
+            wq = torch.round(w / torch.tensor(s_w).reshape(-1, 1, 1, 1)).double()
+            acc = torch.nn.functional.conv2d(xq, wq, None, 1, 1).round().long()
+            got = torch.round(conv(xin) / s_y).long().numpy()
+        want = _reference_codes(
+            acc.numpy(), conv.bias.detach().numpy(), s_x, s_w, s_y, 16 * 9
+        )
+        assert np.array_equal(got, want)
+        assert len(calls) == step + 1  # the transform summed them
+        with torch.no_grad():
+            conv.weight.mul_(-0.75)
 
 
 def test_float_validation_is_the_float_forward_within_one_code(tmp_path):
