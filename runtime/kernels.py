@@ -216,7 +216,7 @@ class PackedConv:
     onednn: dict | None = None
     channel_sum: int = 0  # the largest sum |w| of an output channel
     # a depthwise conv of 8-bit codes (one weight channel per input channel):
-    # its weight as [KH, KW, C] for the compiled loop, or None
+    # its weight as int16 [KH, KW, C] for the compiled loop, or None
     depthwise: np.ndarray | None = None
     # a depthwise 1x1 conv (a per-channel scale: layer norm's affine): its
     # weight as [1, C, 1, 1] in the sums' integer dtype, or None
@@ -268,7 +268,7 @@ def pack_conv2d(
         and w.dtype == np.int8
         and magnitude(x_dtype) * channel_sum < INT_MM_LIMIT  # int32 sums
     ):
-        depthwise = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+        depthwise = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0), np.int16)
     scale = None
     if w.shape[1:] == (1, 1, 1) and groups == w.shape[0] and x_dtype.kind in "iu":
         wide = magnitude(x_dtype) * channel_sum >= INT_MM_LIMIT
