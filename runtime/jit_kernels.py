@@ -160,6 +160,21 @@ def max_abs_at_least(x, limit):
 
 
 @numba.njit(**_JIT)
+def max_row_abs_sum(x, k):
+    """The largest ``sum |x[r, :]|`` over the rows of ``k`` elements of a flat
+    C-contiguous integer array (int64: no code's magnitude overflows)."""
+    flat = x.reshape(-1)
+    best = np.int64(0)
+    for r in range(flat.size // k):
+        total = np.int64(0)
+        row = flat[r * k : (r + 1) * k]
+        for i in range(k):
+            total += abs(np.int64(row[i]))
+        best = max(best, total)
+    return best
+
+
+@numba.njit(**_JIT)
 def pair_lookup(a, b, flip_a, flip_b, table, out):
     """``out = table[(a ^ flip_a) << 8 | (b ^ flip_b)]`` of 8-bit codes as uint8."""
     fa, fb = np.uint16(flip_a), np.uint16(flip_b)

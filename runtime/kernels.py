@@ -185,8 +185,16 @@ def linear_sums(x: np.ndarray, p: PackedLinear, raw: bool = False) -> np.ndarray
 
 
 def matmul_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact batched ``a @ b`` of two integer arrays (int32 or int64 sums)."""
+    """Exact batched ``a @ b`` of two integer arrays (int32 or int64 sums).
+
+    Where the widths alone do not keep float32 exact, these very operands may:
+    every partial sum of an output is at most ``sum_k |a[i, k]| * max|b|``, so
+    rows whose magnitudes add up to little (attention probabilities: int16
+    codes that sum to about one scale's worth per row) take the float32 gemm
+    (measured per call: one pass over ``a``)."""
     bound = a.shape[-1] * magnitude(a.dtype) * magnitude(b.dtype)
+    if bound >= FLOAT32_LIMIT and a.dtype.kind in "iu" and _rows_fit_float32(a, b):
+        bound = 0
     if bound < FLOAT32_LIMIT:
         method = "float32"
     elif (
@@ -198,6 +206,16 @@ def matmul_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     else:
         return integer_ops.numpy_matmul(a, b)
     return _exact(torch.matmul(_as_float(a, method), _as_float(b, method)))
+
+
+def _rows_fit_float32(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``max_i sum_k |a[i, k]| * max|b| < 2**24`` (``max|b|`` bounded by
+    its dtype): float32 sums ``a @ b`` exactly."""
+    jit = loops()
+    if jit is None or not a.flags.c_contiguous or a.size == 0:
+        return False
+    rows = int(jit.max_row_abs_sum(a, a.shape[-1]))
+    return rows * magnitude(b.dtype) < FLOAT32_LIMIT
 
 
 # ------------------------------------------------------------------ conv

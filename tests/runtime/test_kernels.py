@@ -217,6 +217,24 @@ def test_matmul_equals_the_int64_reference(a_shape, b_shape, dtype, kind):
     np.testing.assert_array_equal(kernels.matmul(a, b), integer_ops.matmul(a, b))
 
 
+def test_matmul_of_rows_of_small_magnitude_sums_in_float32_exactly():
+    """int16 rows that add up to about 2**15 (attention probabilities): the
+    widths alone allow sums past 2**24, these rows do not (float32: int32
+    sums); one row of large codes keeps the exact wide path. Both equal the
+    int64 reference."""
+    probs = RNG.dirichlet(np.ones(197), (3, 197))
+    a = np.floor(probs * 32767).astype(np.int16)  # each row sums <= 32767
+    b = codes((3, 197, 64), np.int8, "max")  # every code -128: the worst case
+    got = kernels.matmul_sums(a, b)
+    np.testing.assert_array_equal(got, integer_ops.numpy_matmul(a, b))
+    if kernels.loops() is not None:
+        assert got.dtype == np.int32  # (the float32 gemm summed them)
+    a[1, 5] = 32767  # one row's magnitudes now pass the float32 bound
+    wide = kernels.matmul_sums(a, b)
+    assert wide.dtype == np.int64
+    np.testing.assert_array_equal(wide, integer_ops.numpy_matmul(a, b))
+
+
 def test_int8_matmul_refuses_what_it_cannot_do_exactly():
     with pytest.raises(ValueError, match="int8"):
         kernels.int8_matmul(np.zeros((2, 2), np.int16), np.zeros((2, 2), np.int8))
