@@ -540,8 +540,8 @@ def bind(name: str, f: Fields, out: Out, ins: list, into: np.ndarray):
     """A prepared instruction bound to its buffers (the simulator's: the same
     arrays on every run), as ``run()`` computing ``COMPUTE[name](f, out,
     *ins, into=into)`` with every argument made once; None where it is not
-    worth it. A conv whose sums oneDNN computes and whose epilogue is fused;
-    an eltwise op by a pair table."""
+    worth it. A conv whose epilogue is fused (``_bound_conv``); an eltwise op
+    by a pair table."""
     if name == "conv" and "_fused" in f:
         return _bound_conv(f, out, ins[0], into)
     if name == "eltwise" and "_pair" in f:
@@ -575,12 +575,16 @@ def _bound_max_pool(f: Fields, x: np.ndarray, into: np.ndarray):
 
 
 def _bound_conv(f: Fields, out: Out, x: np.ndarray, into: np.ndarray):
+    """A conv with a fused epilogue bound to its buffers: oneDNN's prepared
+    int8 conv where it takes it, else the exact sums bound to ``x``
+    (``kernels.bound_sums``), and the epilogue bound to the layout of the
+    first result."""
     fused, pads = f["_fused"], integer_ops.pads4(f["padding"])
-    call = kernels.OnednnConv.of(
-        np.transpose(x, _NCHW), f["_packed"], f["stride"], pads, f["dilation"]
-    )
+    geometry = (f["_packed"], f["stride"], pads, f["dilation"])
+    call = kernels.OnednnConv.of(np.transpose(x, _NCHW), *geometry)
     if call is None:
-        return None
+        raw = fused.path in _READS_FLOATS
+        call = kernels.bound_sums(np.transpose(x, _NCHW), *geometry, raw)
     into_nchw = np.transpose(into, _NCHW)
     epilogue = None
 

@@ -7,6 +7,8 @@ References: ``integer_ops`` with its numpy int64 engines, ``numerics.requantize`
 multipliers and shifts, groups, dilation, stride, asymmetric padding).
 """
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -97,6 +99,35 @@ def test_pointwise_conv_of_channels_last_codes_is_one_gemm():
     ref = integer_ops.numpy_conv2d(x, w, (2, 2), (0, 0, 0, 0), (1, 1), 1)
     np.testing.assert_array_equal(got, ref)
     assert got.strides[1] == got.itemsize  # channels last, as the gemm wrote it
+
+
+def test_a_bound_1x1_conv_reads_its_buffer_anew_on_every_run():
+    """``bound_sums`` of a channels-last buffer: each run sums the bytes there
+    now, equal to ``conv2d_sums`` (raw floats and int32), and two bound convs
+    sharing the thread's scratch each give their own sums when read in turn."""
+    buf = np.ascontiguousarray(codes((2, 7, 5, 16), np.int8)).transpose(0, 3, 1, 2)
+    w1, w2 = codes((24, 16, 1, 1), np.int8), codes((8, 16, 1, 1), np.int8)
+    p1, p2 = (kernels.pack_conv2d(w, np.int8, 1, reused=True) for w in (w1, w2))
+    if p1.method != "float32":  # (a VNNI machine: the int8 gemm, not bound)
+        pytest.skip("the float32 engine does not take these sums here")
+    zero = (0, 0, 0, 0)
+    raw = kernels.bound_sums(buf, p1, (1, 1), zero, (1, 1), raw=True)
+    ints = kernels.bound_sums(buf, p2, (1, 1), zero, (1, 1))
+    assert not isinstance(raw, functools.partial)  # (the bound form, not the call)
+    for _ in range(2):
+        buf[...] = codes(buf.shape, np.int8)  # new bytes in the same buffer
+        got = raw()
+        assert got.dtype == np.float32 and got.strides[1] == 4  # channels last
+        ref = integer_ops.numpy_conv2d(buf, w1, (1, 1), zero, (1, 1), 1)
+        np.testing.assert_array_equal(got, ref)
+        got2 = ints()
+        assert got2.dtype == np.int32
+        ref2 = integer_ops.numpy_conv2d(buf, w2, (1, 1), zero, (1, 1), 1)
+        np.testing.assert_array_equal(got2, ref2)
+    # a strided conv, or a 3x3 one: the plain call, bound to its arguments
+    assert isinstance(
+        kernels.bound_sums(buf, p1, (2, 2), zero, (1, 1)), functools.partial
+    )
 
 
 def test_depthwise_convs_of_8_bit_codes_take_the_compiled_loop():
