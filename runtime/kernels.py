@@ -625,18 +625,22 @@ def conv2d_sums(
 
 
 class _Scratch(threading.local):
-    """Float32 buffers the bound 1x1 convs of one thread share (they run one at
-    a time, each result read before the next runs), grown to the largest."""
+    """The two float32 buffers the bound 1x1 convs of one thread share (they
+    run one at a time, each result read before the next runs): ``pair``, a
+    new pair when a conv needs more than the last one holds."""
 
     def __init__(self):
-        self.buffers: dict[int, torch.Tensor] = {}
+        self.pair: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def take(self, slot: int, shape: tuple[int, int]) -> torch.Tensor:
-        size = shape[0] * shape[1]
-        buf = self.buffers.get(slot)
-        if buf is None or buf.numel() < size:
-            buf = self.buffers[slot] = torch.empty(size, dtype=torch.float32)
-        return buf[:size].view(shape)
+    def take(self, sizes: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        pair = self.pair
+        if pair is None or any(b.numel() < n for b, n in zip(pair, sizes, strict=True)):
+            held = (0, 0) if pair is None else (pair[0].numel(), pair[1].numel())
+            pair = self.pair = tuple(
+                torch.empty(max(n, k), dtype=torch.float32)
+                for n, k in zip(sizes, held, strict=True)
+            )
+        return pair
 
 
 _SCRATCH = _Scratch()
@@ -668,12 +672,19 @@ def bound_sums(
     o = p.packed.shape[0]
     wt = p.packed.reshape(o, -1).t()
 
+    rows = src.shape[0]
+    seen: list = [None]  # (the scratch pair, its views for this conv)
+
     def run() -> np.ndarray:
-        xf = _SCRATCH.take(0, (src.shape[0], c))
-        yf = _SCRATCH.take(1, (src.shape[0], o))
+        pair = _SCRATCH.take((rows * c, rows * o))
+        if seen[0] is not pair:  # (views made once per scratch pair)
+            xf = pair[0][: rows * c].view(rows, c)
+            yf = pair[1][: rows * o].view(rows, o)
+            y = yf.numpy().reshape(n, h, w, o).transpose(0, 3, 1, 2)  # channels last
+            seen[:] = [pair, xf, yf, y]
+        _, xf, yf, y = seen
         xf.copy_(src)  # (int8 -> float32: exact)
         torch.mm(xf, wt, out=yf)
-        y = yf.numpy().reshape(n, h, w, o).transpose(0, 3, 1, 2)  # channels last
         return y if raw else y.astype(np.int32)
 
     return run

@@ -124,6 +124,15 @@ def test_a_bound_1x1_conv_reads_its_buffer_anew_on_every_run():
         assert got2.dtype == np.int32
         ref2 = integer_ops.numpy_conv2d(buf, w2, (1, 1), zero, (1, 1), 1)
         np.testing.assert_array_equal(got2, ref2)
+    # a larger conv grows the scratch; the first conv then views the new one
+    big = np.ascontiguousarray(codes((1, 30, 30, 16), np.int8)).transpose(0, 3, 1, 2)
+    larger = kernels.bound_sums(big, p1, (1, 1), zero, (1, 1), raw=True)
+    np.testing.assert_array_equal(
+        larger(), integer_ops.numpy_conv2d(big, w1, (1, 1), zero, (1, 1), 1)
+    )
+    np.testing.assert_array_equal(
+        raw(), integer_ops.numpy_conv2d(buf, w1, (1, 1), zero, (1, 1), 1)
+    )
     # a strided conv, or a 3x3 one: the plain call, bound to its arguments
     assert isinstance(
         kernels.bound_sums(buf, p1, (2, 2), zero, (1, 1)), functools.partial
