@@ -219,33 +219,67 @@ def copy4(src, dst):
 
 
 @numba.njit(**_JIT)
+def _product(x, w):
+    """``x * w`` of an 8-bit code and an int16 weight holding an 8-bit code, as
+    int32, multiplied in 16 bits (exact: ``|p| <= 255 * 128``; the vector
+    multiplies are then 16-bit ones, ~25 % faster than 32-bit on AVX2)."""
+    return np.int32(np.int16(np.int16(x) * w))
+
+
+@numba.njit(**_JIT)
 def depthwise(x, w, sh, sw, dh, dw, top, left, out):
     """A depthwise conv's exact int32 sums, channels last: ``out[b, oy, ox, c] =
     sum_ij x[b, oy sh - top + i dh, ox sw - left + j dw, c] * w[i, j, c]``, taps
     outside ``x`` (its zero padding) skipped. The caller proves the sums fit;
-    ``x`` and ``w`` are 8-bit codes, one of them signed, so each product fits
-    16 bits (``|p| <= 255 * 128``) and the vector multiplies are 16-bit ones
-    (~25 % faster than 32-bit ones on an AVX2 CPU)."""
+    ``x`` holds 8-bit codes and ``w`` (int16) 8-bit codes, one of them signed.
+    A 3x3 window inside ``x`` sums its nine taps per channel in one expression
+    (in a register, not through ``out``: ~30 % faster)."""
     n, h, wd, channels = x.shape
     _, oh, ow, _ = out.shape
     kh, kw, _ = w.shape
+    three = kh == 3 and kw == 3
     for b in range(n):
         for oy in range(oh):
+            y0 = oy * sh - top
             for ox in range(ow):
+                x0 = ox * sw - left
                 o = out[b, oy, ox]
+                inside = y0 >= 0 and y0 + 2 * dh < h and x0 >= 0 and x0 + 2 * dw < wd
+                if three and inside:
+                    ya, yb, yc = y0, y0 + dh, y0 + 2 * dh
+                    xa, xb, xc = x0, x0 + dw, x0 + 2 * dw
+                    r0, r1, r2 = x[b, ya, xa], x[b, ya, xb], x[b, ya, xc]
+                    r3, r4, r5 = x[b, yb, xa], x[b, yb, xb], x[b, yb, xc]
+                    r6, r7, r8 = x[b, yc, xa], x[b, yc, xb], x[b, yc, xc]
+                    w0, w1, w2 = w[0, 0], w[0, 1], w[0, 2]
+                    w3, w4, w5 = w[1, 0], w[1, 1], w[1, 2]
+                    w6, w7, w8 = w[2, 0], w[2, 1], w[2, 2]
+                    for c in range(channels):
+                        o[c] = (
+                            _product(r0[c], w0[c])
+                            + _product(r1[c], w1[c])
+                            + _product(r2[c], w2[c])
+                            + _product(r3[c], w3[c])
+                            + _product(r4[c], w4[c])
+                            + _product(r5[c], w5[c])
+                            + _product(r6[c], w6[c])
+                            + _product(r7[c], w7[c])
+                            + _product(r8[c], w8[c])
+                        )
+                    continue
                 for c in range(channels):
                     o[c] = 0
                 for i in range(kh):
-                    y = oy * sh - top + i * dh
+                    y = y0 + i * dh
                     if y < 0 or y >= h:
                         continue
                     for j in range(kw):
-                        xx = ox * sw - left + j * dw
+                        xx = x0 + j * dw
                         if xx < 0 or xx >= wd:
                             continue
                         xr, wr = x[b, y, xx], w[i, j]
-                        for c in range(channels):  # (16-bit products: exact)
-                            o[c] += np.int32(np.int16(np.int16(xr[c]) * wr[c]))
+                        for c in range(channels):
+                            o[c] += _product(xr[c], wr[c])
 
 
 @numba.njit(**_JIT)

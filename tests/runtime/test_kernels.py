@@ -46,6 +46,7 @@ CONVS = [
     # multiplier of 2 (grouped, not depthwise)
     ((2, 16, 9, 11), (16, 1, 3, 3), (2, 1), (1, 0, 2, 1), (2, 1), 16, np.int8, np.int8),
     ((1, 8, 7, 7), (8, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 8, np.uint8, np.int8),
+    ((1, 8, 7, 9), (8, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8, np.uint8, np.int8),
     ((1, 8, 7, 7), (16, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8, np.int8, np.int8),
     # a strided 1x1 conv of int16 codes (the float engines' gemm of the pixels)
     ((1, 6, 5, 5), (4, 6, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1, np.int16, np.int8),
