@@ -631,16 +631,14 @@ class _Scratch(threading.local):
 
     def __init__(self):
         self.pair: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.sizes = (0, 0)
 
-    def take(self, sizes: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-        pair = self.pair
-        if pair is None or any(b.numel() < n for b, n in zip(pair, sizes, strict=True)):
-            held = (0, 0) if pair is None else (pair[0].numel(), pair[1].numel())
-            pair = self.pair = tuple(
-                torch.empty(max(n, k), dtype=torch.float32)
-                for n, k in zip(sizes, held, strict=True)
-            )
-        return pair
+    def take(self, first: int, second: int) -> tuple[torch.Tensor, torch.Tensor]:
+        held = self.sizes
+        if first > held[0] or second > held[1]:
+            self.sizes = (max(first, held[0]), max(second, held[1]))
+            self.pair = tuple(torch.empty(n, dtype=torch.float32) for n in self.sizes)
+        return self.pair
 
 
 _SCRATCH = _Scratch()
@@ -676,7 +674,7 @@ def bound_sums(
     seen: list = [None]  # (the scratch pair, its views for this conv)
 
     def run() -> np.ndarray:
-        pair = _SCRATCH.take((rows * c, rows * o))
+        pair = _SCRATCH.take(rows * c, rows * o)
         if seen[0] is not pair:  # (views made once per scratch pair)
             xf = pair[0][: rows * c].view(rows, c)
             yf = pair[1][: rows * o].view(rows, o)
