@@ -134,6 +134,15 @@ def test_a_bound_1x1_conv_reads_its_buffer_anew_on_every_run():
     np.testing.assert_array_equal(
         raw(), integer_ops.numpy_conv2d(buf, w1, (1, 1), zero, (1, 1), 1)
     )
+    # a batch whose samples lie apart (the simulator's arena rows)
+    rows = np.zeros((3, 2 * 7 * 5 * 16), np.int8)
+    apart = rows[:, : 7 * 5 * 16].reshape(3, 7, 5, 16).transpose(0, 3, 1, 2)
+    apart[...] = codes(apart.shape, np.int8)
+    spread = kernels.bound_sums(apart, p1, (1, 1), zero, (1, 1), raw=True)
+    assert not isinstance(spread, functools.partial)
+    np.testing.assert_array_equal(
+        spread(), integer_ops.numpy_conv2d(apart, w1, (1, 1), zero, (1, 1), 1)
+    )
     # a strided conv, or a 3x3 one: the plain call, bound to its arguments
     assert isinstance(
         kernels.bound_sums(buf, p1, (2, 2), zero, (1, 1)), functools.partial
