@@ -105,3 +105,37 @@ def test_the_weight_transform_is_twice_g_on_each_side():
     assert torch.equal(u[0, 0].long(), 4 * g64[:, :, 0, 0])
     assert torch.equal(u[3, 3].long(), 4 * g64[:, :, 2, 2])
     assert torch.equal(u[1, 1].long(), g64.sum((2, 3)))
+
+
+def test_random_convs_equal_the_reference_whichever_engine_takes_them():
+    """80 seeded random convs (channels, sizes, padding 0-2 per side, batch,
+    int8 / uint8, random, extreme and one-signed codes, channels-last or not):
+    ``conv2d_sums`` equals the int64 reference, most of them by Winograd."""
+    rng = np.random.default_rng(2026)
+    taken = 0
+    for _ in range(80):
+        dtype = (np.int8, np.uint8)[rng.integers(2)]
+        info = np.iinfo(dtype)
+        c, o = (int(v) for v in rng.integers(8, 40, 2))
+        n, h, w = int(rng.integers(1, 4)), *(int(v) for v in rng.integers(1, 12, 2))
+        pads = tuple(int(v) for v in rng.integers(0, 3, 4))
+        if min(h + pads[0] + pads[2], w + pads[1] + pads[3]) < 3:
+            continue
+        x = rng.integers(info.min, int(info.max) + 1, (n, c, h, w)).astype(dtype)
+        if rng.integers(2):  # every code at an extreme
+            x = np.where(x >= (info.min + int(info.max)) // 2, info.max, info.min)
+            x = x.astype(dtype)
+        if rng.integers(2):
+            x = _channels_last(x)
+        w8 = rng.integers(-128, 128, (o, c, 3, 3)).astype(np.int8)
+        if rng.integers(3) == 0:  # one-signed weights near the extreme
+            w8 = rng.integers(100, 128, (o, c, 3, 3)).astype(np.int8)
+        packed = kernels.pack_conv2d(w8, dtype, 1)
+        ww = packed.winograd
+        taken += ww is not None and ww.takes(x, (1, 1), pads, (1, 1))
+        got = kernels.conv2d_sums(x, packed, (1, 1), pads, (1, 1))
+        ref = integer_ops.numpy_conv2d(x, w8, (1, 1), pads, (1, 1), 1)
+        np.testing.assert_array_equal(got, ref)
+    if kernels.int_mm_fast():  # (a VNNI machine: torch's int8 gemm takes them)
+        return
+    assert taken > 40
