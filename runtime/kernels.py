@@ -301,28 +301,16 @@ def pack_conv2d(
     )
 
 
-# The most input-channel chunks a split float32 conv takes (more: the float64
-# conv is as fast).
-MAX_FLOAT32_CHUNKS = 16
-
-
 def _float32_chunks(w: np.ndarray, x_dtype: np.dtype) -> int:
-    """The fewest equal chunks of ``w``'s input channels (OIHW) in which every
-    output channel's partial sums stay below 2**24 whatever the inputs and the
-    order of summation (``max|x| * sum|w|`` over the chunk's weights), so
-    float32 sums each chunk exactly; 1 where no such split up to
-    ``MAX_FLOAT32_CHUNKS`` exists (or the inputs are not integer codes)."""
+    """The fewest equal chunks of ``w``'s input channels (OIHW) that float32
+    sums exactly for any inputs of ``x_dtype`` (``numerics.float32_chunks``
+    over each output channel's ``sum|w|`` per input channel); 1 where no split
+    holds (or the inputs are not integer codes)."""
     if x_dtype.kind not in "iu" or w.dtype.kind not in "iu":
         return 1
     o, c = w.shape[:2]
     per_input = np.abs(w.astype(np.int64)).reshape(o, c, -1).sum(2)  # [O, C]
-    for chunks in range(2, min(c, MAX_FLOAT32_CHUNKS) + 1):
-        if c % chunks:
-            continue
-        worst = int(per_input.reshape(o, chunks, c // chunks).sum(2).max())
-        if magnitude(x_dtype) * worst < FLOAT32_LIMIT:
-            return chunks
-    return 1
+    return numerics.float32_chunks(per_input, magnitude(x_dtype)) or 1
 
 
 def _split_sums(x, p: PackedConv, stride, pads, dilation, raw: bool) -> np.ndarray:

@@ -580,11 +580,11 @@ def _bound_conv(f: Fields, out: Out, x: np.ndarray, into: np.ndarray):
     (``kernels.bound_sums``), and the epilogue bound to the layout of the
     first result."""
     fused, pads = f["_fused"], integer_ops.pads4(f["padding"])
-    geometry = (f["_packed"], f["stride"], pads, f["dilation"])
-    call = kernels.OnednnConv.of(np.transpose(x, _NCHW), *geometry)
+    x_nchw, geometry = np.transpose(x, _NCHW), (f["_packed"], f["stride"], pads)
+    call = kernels.OnednnConv.of(x_nchw, *geometry, f["dilation"])
     if call is None:
         raw = fused.path in _READS_FLOATS
-        call = kernels.bound_sums(np.transpose(x, _NCHW), *geometry, raw)
+        call = kernels.bound_sums(x_nchw, *geometry, f["dilation"], raw)
     into_nchw = np.transpose(into, _NCHW)
     epilogue = None
 

@@ -518,19 +518,27 @@ def weight_sums(qw: np.ndarray, out_axis: int, sum_axis: int | None) -> tuple:
     return per_input.sum(1), per_input
 
 
-def float32_chunks(per_input: np.ndarray, x_max: float, most: int = 16) -> int:
-    """The fewest equal chunks (up to ``most``) of a gemm's summed axis in
-    which every output channel's partial sums stay below ``2**24`` for inputs
-    up to ``x_max`` in magnitude (``x_max * sum|w|`` over a chunk), whatever
-    the order of summation, from ``per_input`` (``weight_sums``: ``[O, C]``);
-    1 where there is none."""
-    o, c = per_input.shape
-    for chunks in range(2, min(c, most) + 1):
+# The most equal chunks a float32 sum splits into (more: float64 is as fast).
+MAX_FLOAT32_CHUNKS = 16
+
+
+def float32_chunks(
+    per_input: np.ndarray, x_max: float, most: int = MAX_FLOAT32_CHUNKS
+) -> int:
+    """The fewest equal chunks (1: the whole) of a sum's axis in which every
+    output's partial sums stay below ``2**24`` for inputs up to ``x_max`` in
+    magnitude (``x_max * sum|w|`` over a chunk), whatever the order of
+    summation, from ``per_input`` (``[outputs, C]``: each output's ``|w|`` per
+    summed index, e.g. ``weight_sums``'); 0 where no split up to ``most``
+    holds. Every exact float32 split (a QAT gemm's slices, a conv's grouped
+    chunks, Winograd's products) is decided here."""
+    rows, c = per_input.shape
+    for chunks in range(1, min(c, most) + 1):
         if c % chunks == 0:
-            worst = float(per_input.reshape(o, chunks, -1).sum(2).max(initial=0.0))
-            if x_max * worst < 2**24:
+            sums = per_input.reshape(rows, chunks, -1).sum(2, dtype=np.float64)
+            if x_max * float(sums.max(initial=0.0)) < 2**24:
                 return chunks
-    return 1
+    return 0
 
 
 def fixed_point_gemm(
@@ -601,24 +609,23 @@ def fixed_point_gemm(
     w_sums, per_input = w_stats
     x_max = float(np.max(np.abs(qx), initial=0.0))
     bound = x_max * float(np.max(w_sums, initial=0.0))
-    chunks = 1
-    if bound >= 2**24 and per_input is not None:
-        chunks = float32_chunks(per_input, x_max)
     acc = None
     if exact is not None and not (x_shift or w_shift):
         acc = exact(qx, qw)
-    if acc is not None:
-        pass
-    elif chunks > 1:  # each chunk of the summed channels exact in float32
-        xs = np.split(qx, chunks, axis=split[0])
-        ws = np.split(qw, chunks, axis=split[1])
-        acc = np.rint(gemm(xs[0], ws[0])).astype(np.int64)
-        for a, c in zip(xs[1:], ws[1:], strict=True):
-            acc += np.rint(gemm(a, c)).astype(np.int64)
-    else:
-        if bound >= 2**24:
-            qx, qw = qx.astype(np.float64), qw.astype(np.float64)
-        acc = np.rint(gemm(qx, qw)).astype(np.int64)
+    if acc is None:
+        chunks = 1
+        if bound >= 2**24 and per_input is not None:
+            chunks = float32_chunks(per_input, x_max) or 1
+        if chunks > 1:  # each chunk of the summed channels exact in float32
+            xs = np.split(qx, chunks, axis=split[0])
+            ws = np.split(qw, chunks, axis=split[1])
+            acc = np.rint(gemm(xs[0], ws[0])).astype(np.int64)
+            for a, c in zip(xs[1:], ws[1:], strict=True):
+                acc += np.rint(gemm(a, c)).astype(np.int64)
+        else:
+            if bound >= 2**24:
+                qx, qw = qx.astype(np.float64), qw.astype(np.float64)
+            acc = np.rint(gemm(qx, qw)).astype(np.int64)
     channels = acc.shape[axis]
     req = gemm_requantization(
         grids.x_scale,

@@ -11,7 +11,7 @@ exact is the bound: the input transform adds or subtracts two codes per axis
 (``|B^T d B| <= 4 max|x|``), so every partial sum of one product plane, in any
 order, is at most ``4 max|x| * sum_c |(2G) g (2G)^T|`` per output channel and
 plane; where that passes 2**24 the input channels split into the fewest equal
-chunks within it (as ``kernels._float32_chunks`` does for the direct conv),
+chunks within it (``numerics.float32_chunks``, as for the direct conv),
 each chunk's sums exact, added in float64 before the output transform.
 
 So a conv takes this path only where it is exact, decided once from the weight
@@ -30,13 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from hbir.runtime import numerics
 from hbir.runtime.requantizer import loops, magnitude
 
-FLOAT32_LIMIT = 2**24  # float32 holds every integer up to this exactly
 # 2 x the G of F(2x2, 3x3): integer, so the weight transform is exact
 G2 = np.array([[2, 0, 0], [1, 1, 1], [1, -1, 1], [0, 0, 2]], np.int64)
-# The most input-channel chunks (more: the products' gemms get too thin).
-MAX_CHUNKS = 16
 # Fewer channels than this in or out: the direct conv (the gemms too small
 # for the transforms to pay).
 MIN_CHANNELS = 8
@@ -65,7 +63,7 @@ class WinogradWeight:
 def pack(w: np.ndarray, x_dtype) -> WinogradWeight | None:
     """``w`` (OIHW codes) transformed for inputs of ``x_dtype``, or None where
     the path does not apply or is not exact: not a dense 3x3 conv of 8-bit
-    codes, too few channels, no split within ``MAX_CHUNKS`` that float32
+    codes, too few channels, no split of at most 16 chunks that float32
     holds, or no compiled loops."""
     x_dtype = np.dtype(x_dtype)
     o, c = w.shape[:2]
@@ -80,13 +78,10 @@ def pack(w: np.ndarray, x_dtype) -> WinogradWeight | None:
     ):
         return None
     u = np.einsum("ai,ocij,bj->aboc", G2, w.astype(np.int64), G2).reshape(16, o, c)
-    reach = 4 * magnitude(x_dtype) * np.abs(u)  # [16, O, C]
-    for chunks in range(1, min(c, MAX_CHUNKS) + 1):
-        if c % chunks == 0:
-            per_chunk = reach.reshape(16, o, chunks, c // chunks).sum(3)
-            if per_chunk.max() <= FLOAT32_LIMIT:
-                break
-    else:
+    # |B^T d B| <= 4 max|x|: each output's reach per input channel, per plane
+    per_input = np.abs(u).reshape(16 * o, c)
+    chunks = numerics.float32_chunks(per_input, 4 * magnitude(x_dtype))
+    if not chunks:
         return None
     planes = u.reshape(16, o, chunks, c // chunks).transpose(2, 0, 1, 3)
     packed = torch.from_numpy(planes.reshape(chunks * 16, o, c // chunks))

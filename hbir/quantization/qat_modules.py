@@ -501,12 +501,12 @@ class Conv2d(_WeightLayer, nn.Conv2d):
         runtime's exact integer Winograd transform does (``runtime/winograd.py``,
         2.25x fewer multiply-adds than the float conv); its weight transform is
         made once per weight version (the codes' cache)."""
+        # (the kernel size and each call's window: ``pack`` and ``takes``;
+        # a strided conv is not worth transforming its weight for)
         if (
             grids.x_bits != 8
             or self.groups != 1
-            or tuple(self.kernel_size) != (3, 3)
             or tuple(self.stride) != (1, 1)
-            or tuple(self.dilation) != (1, 1)
             or isinstance(self.padding, str)
         ):
             return None
@@ -522,7 +522,9 @@ class Conv2d(_WeightLayer, nn.Conv2d):
 
         def sums(qx: np.ndarray, qw: np.ndarray) -> np.ndarray | None:
             xi = qx.astype(np.int8)  # (8-bit codes: exact)
-            if qw is not codes or not packed.takes(xi, (1, 1), pads, (1, 1)):
+            if qw is not codes or not packed.takes(
+                xi, self.stride, pads, self.dilation
+            ):
                 return None
             return winograd.sums(xi, packed, pads, np.int64)
 

@@ -33,6 +33,7 @@ from hbir.quantization import (
     set_fake_quantize,
 )
 from hbir.runtime import numerics, winograd
+from hbir.runtime.requantizer import loops
 
 
 class Head(nn.Module):
@@ -174,7 +175,8 @@ def test_a_3x3_conv_in_validation_sums_by_winograd_to_the_same_codes(
             acc.numpy(), conv.bias.detach().numpy(), s_x, s_w, s_y, 16 * 9
         )
         assert np.array_equal(got, want)
-        assert len(calls) == step + 1  # the transform summed them
+        if loops() is not None:  # (HBIR_JIT=0: no compiled transform)
+            assert len(calls) == step + 1  # the transform summed them
         with torch.no_grad():
             conv.weight.mul_(-0.75)
 

@@ -105,18 +105,19 @@ def test_pointwise_conv_of_channels_last_codes_is_one_gemm():
 def test_a_bound_1x1_conv_reads_its_buffer_anew_on_every_run():
     """``bound_sums`` of a channels-last buffer: each run sums the bytes there
     now, equal to ``conv2d_sums`` (raw floats and int32), and two bound convs
-    sharing the thread's scratch each give their own sums when read in turn."""
-    buf = np.ascontiguousarray(codes((2, 7, 5, 16), np.int8)).transpose(0, 3, 1, 2)
+    sharing the thread's scratch each give their own sums when read in turn.
+    uint8 codes: the float32 engine on every CPU (int8 ones take torch's int8
+    gemm where that is fast)."""
+    buf = np.ascontiguousarray(codes((2, 7, 5, 16), np.uint8)).transpose(0, 3, 1, 2)
     w1, w2 = codes((24, 16, 1, 1), np.int8), codes((8, 16, 1, 1), np.int8)
-    p1, p2 = (kernels.pack_conv2d(w, np.int8, 1, reused=True) for w in (w1, w2))
-    if p1.method != "float32":  # (a VNNI machine: the int8 gemm, not bound)
-        pytest.skip("the float32 engine does not take these sums here")
+    p1, p2 = (kernels.pack_conv2d(w, np.uint8, 1, reused=True) for w in (w1, w2))
+    assert p1.method == p2.method == "float32"
     zero = (0, 0, 0, 0)
     raw = kernels.bound_sums(buf, p1, (1, 1), zero, (1, 1), raw=True)
     ints = kernels.bound_sums(buf, p2, (1, 1), zero, (1, 1))
     assert not isinstance(raw, functools.partial)  # (the bound form, not the call)
     for _ in range(2):
-        buf[...] = codes(buf.shape, np.int8)  # new bytes in the same buffer
+        buf[...] = codes(buf.shape, np.uint8)  # new bytes in the same buffer
         got = raw()
         assert got.dtype == np.float32 and got.strides[1] == 4  # channels last
         ref = integer_ops.numpy_conv2d(buf, w1, (1, 1), zero, (1, 1), 1)
@@ -126,7 +127,7 @@ def test_a_bound_1x1_conv_reads_its_buffer_anew_on_every_run():
         ref2 = integer_ops.numpy_conv2d(buf, w2, (1, 1), zero, (1, 1), 1)
         np.testing.assert_array_equal(got2, ref2)
     # a larger conv grows the scratch; the first conv then views the new one
-    big = np.ascontiguousarray(codes((1, 30, 30, 16), np.int8)).transpose(0, 3, 1, 2)
+    big = np.ascontiguousarray(codes((1, 30, 30, 16), np.uint8)).transpose(0, 3, 1, 2)
     larger = kernels.bound_sums(big, p1, (1, 1), zero, (1, 1), raw=True)
     np.testing.assert_array_equal(
         larger(), integer_ops.numpy_conv2d(big, w1, (1, 1), zero, (1, 1), 1)
@@ -135,9 +136,9 @@ def test_a_bound_1x1_conv_reads_its_buffer_anew_on_every_run():
         raw(), integer_ops.numpy_conv2d(buf, w1, (1, 1), zero, (1, 1), 1)
     )
     # a batch whose samples lie apart (the simulator's arena rows)
-    rows = np.zeros((3, 2 * 7 * 5 * 16), np.int8)
+    rows = np.zeros((3, 2 * 7 * 5 * 16), np.uint8)
     apart = rows[:, : 7 * 5 * 16].reshape(3, 7, 5, 16).transpose(0, 3, 1, 2)
-    apart[...] = codes(apart.shape, np.int8)
+    apart[...] = codes(apart.shape, np.uint8)
     spread = kernels.bound_sums(apart, p1, (1, 1), zero, (1, 1), raw=True)
     assert not isinstance(spread, functools.partial)
     np.testing.assert_array_equal(

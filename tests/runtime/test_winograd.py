@@ -39,12 +39,16 @@ def test_winograd_sums_equal_the_direct_conv(x_shape, w_shape, pads, x_dtype, la
     if layout == "channels_last":
         x = _channels_last(x)
     w = _codes(w_shape, np.int8)
-    packed = kernels.pack_conv2d(w, x_dtype, 1)
-    if packed.method == "int_mm":  # (a VNNI machine: its int8 gemm keeps them)
-        pytest.skip("torch's int8 gemm is the fast engine here")
-    assert packed.winograd is not None
-    got = kernels.conv2d_sums(x, packed, (1, 1), pads, (1, 1))
     ref = integer_ops.numpy_conv2d(x, w, (1, 1), pads, (1, 1), 1)
+    ww = winograd.pack(w, x_dtype)
+    assert ww is not None and ww.takes(x, (1, 1), pads, (1, 1))
+    got = winograd.sums(x, ww, pads, np.int32)
+    np.testing.assert_array_equal(got, ref)
+    # the conv engine takes it on the float engines; where torch's int8 gemm
+    # is the fast one (VNNI), that one keeps it
+    packed = kernels.pack_conv2d(w, x_dtype, 1)
+    assert (packed.winograd is not None) == (packed.method != "int_mm")
+    got = kernels.conv2d_sums(x, packed, (1, 1), pads, (1, 1))
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, ref)
 
@@ -110,7 +114,8 @@ def test_the_weight_transform_is_twice_g_on_each_side():
 def test_random_convs_equal_the_reference_whichever_engine_takes_them():
     """80 seeded random convs (channels, sizes, padding 0-2 per side, batch,
     int8 / uint8, random, extreme and one-signed codes, channels-last or not):
-    ``conv2d_sums`` equals the int64 reference, most of them by Winograd."""
+    the transform and ``conv2d_sums`` equal the int64 reference; most of them
+    are the transform's to take."""
     rng = np.random.default_rng(2026)
     taken = 0
     for _ in range(80):
@@ -130,12 +135,12 @@ def test_random_convs_equal_the_reference_whichever_engine_takes_them():
         w8 = rng.integers(-128, 128, (o, c, 3, 3)).astype(np.int8)
         if rng.integers(3) == 0:  # one-signed weights near the extreme
             w8 = rng.integers(100, 128, (o, c, 3, 3)).astype(np.int8)
-        packed = kernels.pack_conv2d(w8, dtype, 1)
-        ww = packed.winograd
-        taken += ww is not None and ww.takes(x, (1, 1), pads, (1, 1))
-        got = kernels.conv2d_sums(x, packed, (1, 1), pads, (1, 1))
         ref = integer_ops.numpy_conv2d(x, w8, (1, 1), pads, (1, 1), 1)
+        ww = winograd.pack(w8, dtype)
+        if ww is not None and ww.takes(x, (1, 1), pads, (1, 1)):
+            taken += 1
+            np.testing.assert_array_equal(winograd.sums(x, ww, pads, np.int32), ref)
+        packed = kernels.pack_conv2d(w8, dtype, 1)  # (whichever engine takes it)
+        got = kernels.conv2d_sums(x, packed, (1, 1), pads, (1, 1))
         np.testing.assert_array_equal(got, ref)
-    if kernels.int_mm_fast():  # (a VNNI machine: torch's int8 gemm takes them)
-        return
     assert taken > 40
