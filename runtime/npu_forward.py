@@ -51,8 +51,8 @@ def forward_copies(sim, reads: list[list[int | None]]) -> int:
         src, dst = ins.operands[0], ins.results[0]
         sources = sources_of.get((i, 0), []) + [(src, sim.views[src])]
         sources = [(k, v) for k, v in sources if sim.dense(v)]
-        ends = [_next_write(sim, i, k) for k, _ in sources]
-        for j in range(i + 1, min(_next_write(sim, i, dst), len(reads) - 1) + 1):
+        ends = [sim.writes.next_write(i, k) for k, _ in sources]
+        for j in range(i + 1, min(sim.writes.next_write(i, dst), len(reads) - 1) + 1):
             for n, key in enumerate(code.instructions[j].operands):
                 if reads[j][n] is None or not same_bytes(sim, key, dst):
                     continue
@@ -63,13 +63,3 @@ def forward_copies(sim, reads: list[list[int | None]]) -> int:
                     sources_of[j, n] = held
                     forwarded += 1
     return forwarded
-
-
-def _next_write(sim, i: int, key: int) -> int:
-    """The first instruction after ``i`` writing bytes of buffer ``key`` (the
-    number of instructions: none)."""
-    code = sim.code
-    for j in range(i + 1, len(code.instructions)):
-        if any(sim._overlap(r, key) for r in code.instructions[j].results):
-            return j
-    return len(code.instructions)

@@ -109,16 +109,14 @@ def _origin(sim, i: int, key: int):
     """(the source buffer, the index of its last write) when, at instruction
     ``i``, buffer ``key`` holds exactly what a ``dma_load`` copied from that
     source; else None."""
-    code = sim.code
-    for j in range(i - 1, -1, -1):
-        ins = code.instructions[j]
-        if not any(sim._overlap(key, k) for k in ins.results):
-            continue
-        if sim.steps[j].name != "dma_load" or not same_bytes(sim, ins.results[0], key):
-            return None
-        source = ins.operands[0]
-        return source, _last_write(sim, j, source)
-    return None
+    j = sim.writes.last_write(i, key)
+    if j < 0:
+        return None
+    ins = sim.code.instructions[j]
+    if sim.steps[j].name != "dma_load" or not same_bytes(sim, ins.results[0], key):
+        return None
+    source = ins.operands[0]
+    return source, sim.writes.last_write(j, source)
 
 
 def same_bytes(sim, a: int, b: int) -> bool:
@@ -128,15 +126,6 @@ def same_bytes(sim, a: int, b: int) -> bool:
         (x.space, x.offset, x.shape, x.dtype) == (y.space, y.offset, y.shape, y.dtype)
         and x.space in ("ddr", "sram")
     )
-
-
-def _last_write(sim, before: int, key: int) -> int:
-    """The index of the last instruction before ``before`` writing ``key``'s
-    bytes (-1: none, e.g. a constant or a function input)."""
-    for j in range(before - 1, -1, -1):
-        if any(sim._overlap(key, k) for k in sim.code.instructions[j].results):
-            return j
-    return -1
 
 
 def operands_read(step) -> tuple[bool, ...] | None:

@@ -43,7 +43,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from hbir.errors import HbirError
-from hbir.runtime import npu_batch, npu_forward, npu_kernels, npu_merge, plan
+from hbir.runtime import (
+    npu_batch,
+    npu_forward,
+    npu_kernels,
+    npu_merge,
+    npu_writes,
+    plan,
+)
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
 from hbir.runtime.hbm_program import (
     MEMORY_BUDGET,
@@ -256,6 +263,7 @@ class FunctionSim:
         # clobbers a weight before its use is seen here, once, and that conv
         # then computes from the bytes that are really there.
         self.loaded: dict[int, np.ndarray] = {}
+        self.writes = npu_writes.Writes(code)
         self.steps = [self._prepare(i, ins) for i, ins in enumerate(code.instructions)]
         npu_merge.group_channel_tiles(self)
         # the buffers each instruction reads, after forwarding: its sources

@@ -32,6 +32,7 @@ import collections
 import functools
 import math
 import os
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -156,7 +157,7 @@ class Requantizer:
         if self._pending is not None:
             m, s, off, zero, lo, hi, acc_bound, ndim, axis = self._pending
             self._pending = None
-            nearest = _nearest_form(m, s, off, zero, lo, hi, acc_bound)
+            nearest = _proved_nearest_form(m, s, off, zero, lo, hi, acc_bound)
             if nearest is not None:  # (its arrays first: another thread may run)
                 along_f = (ndim, axis if nearest[0].size > 1 else None)
                 self.m_f, self.c_f = (along_float(a, *along_f) for a in nearest)
@@ -399,6 +400,31 @@ class Requantizer:
 # ``2**s``, a linear congruence with at most one solution class per residue.
 NEAREST_CANDIDATES = 1 << 15  # residues checked per channel before giving up
 NEAREST_BLOCK = 1 << 16  # elements per block of a large tensor (512 KiB of float64)
+
+
+_PROOFS: collections.OrderedDict = collections.OrderedDict()  # the last ones made
+_PROOFS_KEPT = 4096
+_PROOFS_LOCK = threading.Lock()  # (requantizers are proved on first use, any thread)
+_UNPROVED = object()
+
+
+def _proved_nearest_form(m, s, off, zero, lo, hi, acc_bound):
+    """``_nearest_form``, remembered for the last few thousand parameter sets:
+    compiling a model and loading its model.hbm prepare the same requantizers
+    twice, and the proof costs a few ms per op."""
+    key = tuple(None if a is None else (a.dtype.str, a.tobytes()) for a in (m, s, off))
+    key += (int(zero), int(lo), int(hi), int(acc_bound))
+    with _PROOFS_LOCK:
+        found = _PROOFS.get(key, _UNPROVED)
+        if found is not _UNPROVED:
+            _PROOFS.move_to_end(key)
+    if found is _UNPROVED:
+        found = _nearest_form(m, s, off, zero, lo, hi, acc_bound)
+        with _PROOFS_LOCK:
+            _PROOFS[key] = found
+            while len(_PROOFS) > _PROOFS_KEPT:
+                _PROOFS.popitem(last=False)
+    return None if found is None else tuple(a.copy() for a in found)
 
 
 def _nearest_form(m, s, off, zero, lo, hi, acc_bound):

@@ -1103,8 +1103,14 @@ def _map(fn, items: list, workers: int, backend: str) -> list:
                 "backend='ray' needs ray: pip install ray (or use workers=N)"
             ) from None
         if not ray.is_initialized():
+            # Ray starts its workers at niceness 15, as background work; here
+            # they are the analysis' compute, and on a busy machine niced
+            # workers waited minutes for a core (the driver only waits).
             ray.init(
-                num_cpus=max(workers, 1), include_dashboard=False, log_to_driver=False
+                num_cpus=max(workers, 1),
+                include_dashboard=False,
+                log_to_driver=False,
+                _system_config={"worker_niceness": 0},
             )
         remote = ray.remote(fn)
         return ray.get([remote.remote(x) for x in items])

@@ -442,3 +442,32 @@ def test_an_instruction_reads_its_operands_before_it_writes(name):
     for observer in (None, lambda *_: None):
         (got,) = sim.run([x], on_instruction=observer)
         assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["resnet", "multi_io"])
+def test_the_write_index_answers_as_a_scan_of_the_program(name, tmp_path_factory):
+    # runtime/npu_writes.py: next and last writes of a buffer's bytes from an
+    # index, checked against a scan of the instructions with the simulator's
+    # own overlap rule, on the program as compiled and tiled for a tiny SRAM
+    # (where buffers overlap everywhere).
+    from hbir.runtime.npu_writes import Writes
+
+    _, _, hbm, program, _, _ = _tiny_sram_program(name, tmp_path_factory)
+    for sim in (hbm["forward"]._sim, hbir.Hbm(program)["forward"]._sim):
+        code, writes = sim.code, Writes(sim.code)
+        n, keys = len(code.instructions), sorted(code.buffers)
+
+        def scan(steps, key, code=code, sim=sim):
+            results = code.instructions
+            return [
+                j
+                for j in steps
+                if any(sim._overlap(r, key) for r in results[j].results)
+            ]
+
+        for i in range(0, n, max(1, n // 15)):
+            for key in keys:
+                after = scan(range(i + 1, n), key)
+                assert writes.next_write(i, key) == (after[0] if after else n)
+                before = scan(range(i), key)
+                assert writes.last_write(i, key) == (before[-1] if before else -1)

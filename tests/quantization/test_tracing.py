@@ -11,6 +11,7 @@ from torch import nn
 from hbir.quantization import QuantStub
 from hbir.quantization.tracing import (
     SOURCE_POSITION,
+    ConcreteTracer,
     PrepareError,
     record_values,
     set_source_root,
@@ -328,3 +329,47 @@ def test_iterating_over_the_batch_dim_is_still_refused():
 
     with pytest.raises(PrepareError, match="reads its batch size"):
         trace(OverBatch(), (torch.randn(2, 4),))
+
+
+class _Attributes(nn.Module):
+    """Parameters and buffers read in ``forward``: one shared under two names,
+    one read twice, a buffer registered while tracing, a plain tensor."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        self.b.weight = self.a.weight  # shared: the first name is "a.weight"
+        self.scale = nn.Parameter(torch.full((4,), 2.0))
+        self.register_buffer("shift", torch.arange(4.0))
+        self.plain = torch.ones(4)  # neither: a constant of the graph
+
+    def forward(self, x):
+        if not hasattr(self, "late"):
+            self.register_buffer("late", torch.full((4,), 3.0))
+        y = x @ self.b.weight.t() * self.scale + self.shift
+        return y * self.scale + self.late + self.plain
+
+
+def test_attributes_read_in_forward_are_the_nodes_torch_fx_makes(monkeypatch):
+    """The tracer finds a read attribute's name in a table of the root's
+    tensors (not by walking every module per read): the graph is the one
+    torch.fx's own search makes (a shared parameter under its first name, a
+    buffer registered while tracing, a plain tensor as a constant)."""
+    x = torch.randn(2, 4)
+    want = _Attributes().eval()(x)
+    graph = trace(_Attributes().eval(), (x,))  # (registers "late" while tracing)
+    targets = [n.target for n in graph.graph.nodes if n.op == "get_attr"]
+    assert {"a.weight", "scale", "shift", "plain"} <= set(targets)
+    assert targets.count("scale") == 1  # one node per name, read twice
+    torch.testing.assert_close(graph(x), want, rtol=0, atol=0)
+
+    def torch_search(self, attr, attr_val, cache):
+        if self._computing:
+            return attr_val
+        return torch.fx.Tracer.getattr(self, attr, attr_val, cache)
+
+    monkeypatch.setattr(ConcreteTracer, "getattr", torch_search)
+    reference = trace(_Attributes().eval(), (x,))
+    assert graph.code == reference.code

@@ -490,6 +490,43 @@ def test_nearest_form_refuses_a_tie_inside_the_output_range(near):
         assert naive != ref[1]
 
 
+def test_a_remembered_proof_gives_what_a_new_proof_gives():
+    """The nearest form's proof is remembered per parameter set (compiling a
+    model and loading its model.hbm prepare the same requantizers): a second
+    requantizer of the same parameters takes the same path, refused or
+    proved, with arrays of its own."""
+    m, s, acc0 = 2**39 - 1, 50, 29_000
+    tie = (1 << (s - 1)) - (acc0 * m) % (1 << s)  # acc0 m + off: a tie in range
+    cases = [  # (multipliers, shift, offsets, path)
+        ([m, m - 2], s, [tie, tie], "right"),
+        ([2**31 - 1, 2**31 - 3], 48, None, "nearest"),  # 56-bit products
+    ]
+    acc = np.repeat(np.arange(-(2**22), 2**22, 4099, dtype=np.int64)[:, None], 2, 1)
+    for mult, shift, off, path in cases:
+        made = [
+            requantizer.Requantizer(
+                mult,
+                [shift] * 2,
+                0,
+                -128,
+                127,
+                ndim=2,
+                axis=1,
+                mode="half_up",
+                acc_bound=2**22,
+                offset=off,
+            )  # fmt: skip
+            for _ in range(2)
+        ]
+        assert [r.path for r in made] == [path, path]
+        p = acc * np.array(mult) + (0 if off is None else np.array(off))
+        want = np.clip(numerics.shift_round(p, shift, "half_up"), -128, 127)
+        for r in made:
+            np.testing.assert_array_equal(r(acc.astype(np.int32), np.int8), want)
+    a, b = made  # the nearest ones
+    assert np.array_equal(a.m_f, b.m_f) and not np.shares_memory(a.m_f, b.m_f)
+
+
 @pytest.mark.parametrize(
     "multiplier, shift, path",
     [
