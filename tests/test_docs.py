@@ -9,7 +9,9 @@ import pytest
 
 from hbir.runtime.numerics import DEFAULT_NUM_TABLES
 
-pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+# not in the fast tier (docs/testing.md); the tests share a costly module
+# fixture, so one process runs them all (pyproject's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docs")]
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent

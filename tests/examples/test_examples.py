@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+# not in the fast tier (docs/testing.md); the tests share a costly module
+# fixture, so one process runs them all (pyproject's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("examples")]
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

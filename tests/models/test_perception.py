@@ -14,7 +14,9 @@ import torch
 from perception_suite import MODELS
 from test_timm import case_pool, check_contract
 
-pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+# not in the fast tier (docs/testing.md); one process runs every test of the
+# model suites, which share its case pools (pyproject's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("model-suites")]
 
 torch.set_num_threads(1)
 

@@ -24,7 +24,9 @@ import pytest
 import torch
 from timm_suite import COMPILE_REFUSED, MODELS, run_case
 
-pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+# not in the fast tier (docs/testing.md); one process runs every test of the
+# model suites, which share its case pools (pyproject's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("model-suites")]
 
 torch.set_num_threads(1)
 

@@ -28,7 +28,9 @@ from hbir.quantization import (
 )
 from hbir.quantization.distributed import ObserverStateError
 
-pytestmark = pytest.mark.slow  # not in the fast tier (docs/testing.md)
+# not in the fast tier (docs/testing.md); the tests share a costly module
+# fixture, so one process runs them all (pyproject's --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed")]
 
 WORLD = 2
 BATCHES = 3
