@@ -503,19 +503,9 @@ def test_a_remembered_proof_gives_what_a_new_proof_gives():
     ]
     acc = np.repeat(np.arange(-(2**22), 2**22, 4099, dtype=np.int64)[:, None], 2, 1)
     for mult, shift, off, path in cases:
+        layout = dict(ndim=2, axis=1, mode="half_up", acc_bound=2**22, offset=off)
         made = [
-            requantizer.Requantizer(
-                mult,
-                [shift] * 2,
-                0,
-                -128,
-                127,
-                ndim=2,
-                axis=1,
-                mode="half_up",
-                acc_bound=2**22,
-                offset=off,
-            )  # fmt: skip
+            requantizer.Requantizer(mult, [shift] * 2, 0, -128, 127, **layout)
             for _ in range(2)
         ]
         assert [r.path for r in made] == [path, path]
