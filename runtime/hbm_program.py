@@ -50,6 +50,8 @@ DTYPES = (
 # "io": a buffer of its own at offset 0, outside the arenas (the emitter places
 # inputs and outputs in DDR as npu-plan-memory does; hand-built programs may not).
 SPACES = ("ddr", "sram", "const", "io")
+# The arenas: the spaces where two distinct buffers may share bytes.
+ARENAS = ("ddr", "sram")
 # What one function's buffers may take in all (DDR and SRAM arenas, io buffers,
 # constants): the loader refuses a program declaring more, before allocating any.
 MEMORY_BUDGET = 1 << 33  # 8 GiB

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from hbir.runtime import integer_ops, kernels
+from hbir.runtime.hbm_program import ARENAS
 
 _NCHW, _NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
 
@@ -124,7 +125,7 @@ def same_bytes(sim, a: int, b: int) -> bool:
     x, y = sim.code.buffers[a], sim.code.buffers[b]
     return a == b or (
         (x.space, x.offset, x.shape, x.dtype) == (y.space, y.offset, y.shape, y.dtype)
-        and x.space in ("ddr", "sram")
+        and x.space in ARENAS
     )
 
 

@@ -53,6 +53,7 @@ from hbir.runtime import (
 )
 from hbir.runtime.hbm_opcodes import BY_NUMBER, NONE
 from hbir.runtime.hbm_program import (
+    ARENAS,
     MEMORY_BUDGET,
     Buffer,
     DebugEntry,
@@ -376,7 +377,7 @@ class FunctionSim:
         x, y = self.code.buffers[a], self.code.buffers[b]
         return (
             x.space == y.space
-            and x.space in ("ddr", "sram")
+            and x.space in ARENAS
             and x.offset < y.offset + y.size
             and y.offset < x.offset + x.size
         )
@@ -384,7 +385,7 @@ class FunctionSim:
     def _span(self, key: int) -> tuple[str, int, int] | None:
         """A buffer's (space, first byte, end) in an arena, or None."""
         b = self.code.buffers[key]
-        if b.space not in ("ddr", "sram"):
+        if b.space not in ARENAS:
             return None
         return b.space, b.offset, b.offset + b.size
 

@@ -8,15 +8,17 @@ instructions for each question made preparing a program quadratic in its length
 instruction is one row of a few arrays, and a question is one vectorised pass.
 
 Two buffers share bytes as ``FunctionSim._overlap`` says: they are the same
-buffer, or both lie in the same arena (``ddr`` or ``sram``) with overlapping
-byte ranges.
+buffer, or both lie in the same arena (``hbm_program.ARENAS``) with
+overlapping byte ranges.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-_ARENAS = {"ddr": 1, "sram": 2}  # the spaces where distinct buffers may overlap
+from hbir.runtime.hbm_program import ARENAS
+
+_ARENA_NUMBER = {space: n for n, space in enumerate(ARENAS, 1)}  # (0: none)
 
 
 class Writes:
@@ -28,7 +30,7 @@ class Writes:
         self.buffers, self.count = code.buffers, len(code.instructions)
         self.at = np.array([j for j, _ in rows], np.int64)  # ascending
         self.key = np.array([k for _, k in rows], np.int64)
-        self.arena = np.array([_ARENAS.get(b.space, 0) for b in buffers], np.int8)
+        self.arena = np.array([_ARENA_NUMBER.get(b.space, 0) for b in buffers], np.int8)
         self.lo = np.array([b.offset for b in buffers], np.int64)
         self.hi = self.lo + np.array([b.size for b in buffers], np.int64)
 
@@ -51,7 +53,7 @@ class Writes:
         rows = slice(start, stop)
         hit = self.key[rows] == key
         b = self.buffers[key]
-        arena = _ARENAS.get(b.space, 0)
+        arena = _ARENA_NUMBER.get(b.space, 0)
         if arena:
             hit |= (
                 (self.arena[rows] == arena)
