@@ -179,6 +179,8 @@ class ConcreteTracer(HbirTracer):
         }
         self._computing = 0  # > 0 while running the model for a node's value
         self._factory_functions: set = set()  # the originals of the traced factories
+        # (the root, id -> name of its parameters and buffers): ``getattr``'s table
+        self._names_of: tuple[nn.Module | None, dict[int, str]] = (None, {})
 
     def call_module(self, m, forward, args, kwargs):
         if self._computing:  # module calls inside a value computation just run
@@ -208,7 +210,7 @@ class ConcreteTracer(HbirTracer):
     def _attribute_names(self) -> dict[int, str]:
         """id -> name of the root's parameters, then of its buffers, each
         tensor under the first name torch's search would find it by."""
-        if getattr(self, "_names_of", (None,))[0] is not self.root:
+        if self._names_of[0] is not self.root:
             names: dict[int, str] = {}
             for name, p in self.root.named_parameters():
                 names.setdefault(id(p), name)
