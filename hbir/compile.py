@@ -220,19 +220,23 @@ def run_passes(
         if on_pass is not None:
             on_pass(i, p.name, ran, time.perf_counter() - started)
     if verify:
-        final_check(module)
+        final_check(module, after_last_pass=each and bool(passes))
 
 
-def final_check(module: Module) -> None:
+def final_check(module: Module, after_last_pass: bool = False) -> None:
     """The check after the whole phase: ``diagnostics.verify`` (every op's
     rules, the types ``feed`` can run, use before definition) and the SRAM
-    verifier, as a located error."""
+    verifier, as a located error. ``after_last_pass``: the module was verified
+    (xDSL's verifier and the SRAM verifier) after the last pass, so those two
+    are not run again on the same IR."""
     from xdsl.utils.exceptions import VerifyException
 
     from hbir.dialects.npu import verify_sram
 
     op = module.module.op
-    diagnostics.verify(op, filename="after compile")
+    diagnostics.verify(op, filename="after compile", rules_checked=after_last_pass)
+    if after_last_pass:
+        return
     try:
         verify_sram(op)
     except VerifyException as e:

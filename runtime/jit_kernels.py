@@ -403,3 +403,30 @@ def fake_quantize(x, inv, scale, zero, qmin, qmax, out):
         else:
             q = min(max(v, qmin), qmax)
         out[i] = (q - zero) * scale
+
+
+@numba.njit(**_JIT)
+def hits_tie_band(a_lo, width, half, band, off, t, s, odd):
+    """``requantizer._hits_tie_band``'s question, row by row with an early exit:
+    whether in some row an ``acc`` in ``[a_lo, a_lo + width]`` has ``acc * m +
+    off`` within ``band`` of ``half`` modulo ``2**s`` (``m = odd * 2**t``). The
+    arithmetic is the numpy form's: int64 masks, the inverse of ``odd`` modulo
+    ``2**64`` by Newton's iteration in wrapping uint64."""
+    two = np.uint64(2)
+    for i in range(a_lo.size):
+        o = np.uint64(odd[i])
+        inverse = o  # right to 3 bits (odd * odd = 1 mod 8); Newton doubles
+        for _ in range(5):
+            inverse = inverse * (two - o * inverse)
+        si, ti = s[i], t[i]
+        s_mask = (np.int64(1) << si) - 1
+        t_mask = (np.int64(1) << ti) - 1
+        k_mask = (np.int64(1) << (si - ti)) - 1
+        for j in range(-band[i], band[i] + 1):
+            d = (half[i] + j - off[i]) & s_mask  # acc m = d (mod 2**s)
+            if d & t_mask:
+                continue
+            residue = np.int64(np.uint64(d >> ti) * inverse) & k_mask
+            if (residue - a_lo[i]) & k_mask <= width[i]:
+                return True
+    return False

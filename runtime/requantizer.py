@@ -490,14 +490,21 @@ def _tie_congruence(m: int, s: int, off: int, band: int, lo, hi, acc_bound):
 def _hits_tie_band(congruences) -> bool:
     """Whether, in some channel, an ``acc`` of its window has ``acc m + off``
     within its band of ``2**(s-1)`` modulo ``2**s`` (all channels at once:
-    one row of candidate residues per channel)."""
+    one row of candidate residues per channel; compiled, row by row with an
+    early exit: ``jit_kernels.hits_tie_band``)."""
     rows = [c for c in congruences if c is not None]
     if not rows:
         return False
     a_lo, width, half, band, off, t, s, odd = (
-        np.array([row[i] for row in rows], np.uint64 if i == 7 else np.int64)[:, None]
-        for i in range(8)
+        np.array([row[i] for row in rows], np.int64) for i in range(8)
     )
+    jit = loops()
+    if jit is not None:
+        return bool(jit.hits_tie_band(a_lo, width, half, band, off, t, s, odd))
+    a_lo, width, half, band, off, t, s = (
+        v[:, None] for v in (a_lo, width, half, band, off, t, s)
+    )
+    odd = odd.astype(np.uint64)[:, None]
     inverse = odd.copy()  # right to 3 bits (odd * odd = 1 mod 8); Newton doubles
     for _ in range(5):  # 3 -> 96 bits: the inverse modulo 2**64 (uint64 wraps)
         inverse *= np.uint64(2) - odd * inverse

@@ -348,3 +348,50 @@ def test_copy_into_equals_numpy_copy(shape, perm, dtype, numpy_forms):
     strided = np.zeros(view.shape[:-1] + (2 * view.shape[-1],), dtype)[..., ::2]
     kernels.copy_into(view, strided)  # into a strided destination
     assert np.array_equal(strided, want)
+
+
+def _tie_band_brute_force(rows) -> bool:
+    """``_hits_tie_band``'s question asked of every accumulator, in Python ints."""
+    for a_lo, width, half, band, off, t, s, odd in rows:
+        m = odd << t
+        for acc in range(a_lo, a_lo + width + 1):
+            r = (acc * m + off - half) % (1 << s)
+            if r <= band or r >= (1 << s) - band:
+                return True
+    return False
+
+
+def test_the_tie_band_question_compiled_equals_numpy_and_brute_force(numpy_forms):
+    """The nearest form's proof (does an accumulator of a channel's window hit
+    its rounding-tie band?) compiled, in numpy and by trying every accumulator:
+    random channels, odd and even multipliers, bands of several widths, sets
+    with and without a hit."""
+    rng = np.random.default_rng(11)
+    sets, hits = [], 0
+    for _ in range(300):
+        rows = []
+        for _ in range(int(rng.integers(1, 5))):
+            band = int(rng.choice([0, 1, 3, 40]))
+            bound = int(rng.integers(1, 400))
+            # about even odds of a hit: 2**s near the window times the band
+            s = max(2, int(np.log2((2 * bound + 1) * (2 * band + 1))) + 2)
+            s += int(rng.integers(-1, 2))
+            if 2 * band + 1 >= 1 << s:
+                continue
+            t = int(rng.choice([0, 0, 1, 3]))
+            m = int(rng.integers(1, 2**20)) | 1
+            m <<= t
+            off = int(rng.integers(-(2**40), 2**40))
+            lo, hi = sorted(int(v) for v in rng.integers(-(2**45), 2**45, 2))
+            row = requantizer._tie_congruence(m, s, off, band, lo, hi, bound)
+            if row is not None:
+                rows.append(row)
+        if rows:
+            sets.append(rows)
+    compiled = [requantizer._hits_tie_band(rows) for rows in sets]
+    numpy_forms()
+    in_numpy = [requantizer._hits_tie_band(rows) for rows in sets]
+    brute = [_tie_band_brute_force(rows) for rows in sets]
+    assert compiled == brute
+    assert in_numpy == brute
+    assert 0.2 < np.mean(brute) < 0.8, "both answers are exercised"
