@@ -367,7 +367,7 @@ def test_the_tie_band_question_compiled_equals_numpy_and_brute_force(numpy_forms
     random channels, odd and even multipliers, bands of several widths, sets
     with and without a hit."""
     rng = np.random.default_rng(11)
-    sets, hits = [], 0
+    sets = []
     for _ in range(300):
         rows = []
         for _ in range(int(rng.integers(1, 5))):
