@@ -263,19 +263,21 @@ class Requantizer:
         """
         reach = max(abs(self.lo - self.zero), abs(self.hi - self.zero)) + 2
         off = np.zeros(1, np.int64) if off is None else off
-        n = max(m.size, s.size, off.size)
-        a0, m_f, c_f = [], [], []
-        channels = (np.broadcast_to(v, (n,)) for v in (m, s, off))
-        for mc, sc, oc in zip(*channels, strict=True):
-            mc, sc, oc = int(mc), int(sc), int(oc)
-            a = 0 if mc == 0 else (2 * -oc + mc) // (2 * mc)  # round(-oc / mc)
-            c = a * mc + oc
-            if (reach << sc) + 2 * mc >= 2**52 or abs(a) >= 2**52 or abs(c) >= 2**52:
+        m, s, off = np.broadcast_arrays(m, s, off)
+        if np.any(m < 0) or np.any(off == np.iinfo(np.int64).min):
+            return None  # (never made by convert; the int64 path is exact)
+        for shift in np.unique(s).tolist():  # (reach << s) + 2 m < 2**52
+            room = 2**52 - (reach << shift)
+            if room <= 0 or np.any(m[s == shift] >= (room + 1) // 2):
                 return None
-            a0.append(float(a))
-            m_f.append(mc * 2.0**-sc)
-            c_f.append(c * 2.0**-sc)
-        return np.array(a0), np.array(m_f), np.array(c_f)
+        # a = round(-off / m), halves up: -off = q m + r with 0 <= r < m
+        q, r = np.divmod(-off, np.maximum(m, 1))
+        a = np.where(m == 0, 0, q + (2 * r >= m))
+        c = a * m + off  # |c| <= m / 2
+        if np.any(np.abs(a) >= 2**52) or np.any(np.abs(c) >= 2**52):
+            return None
+        unit = np.ldexp(1.0, -s)  # 2**-s, exact
+        return a.astype(np.float64), m * unit, c * unit
 
     @staticmethod
     def _choose(m, s, off, acc_bound: int) -> str:

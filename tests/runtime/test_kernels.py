@@ -712,3 +712,46 @@ def test_fixed_point_gemm_past_float32_sums_float32_slices_exactly(mode):
     )  # fmt: skip
     codes = numerics.gemm_output(exact, req, -128, 127, -1, mode)
     np.testing.assert_array_equal(got, numerics.dequantize(codes, 0.5, 0))
+
+
+def _float_form_reference(m, s, off, reach):
+    """The float form's parameters channel by channel in Python integers (None:
+    not exact in float64)."""
+    a0, m_f, c_f = [], [], []
+    for mc, sc, oc in zip(m.tolist(), s.tolist(), off.tolist(), strict=True):
+        a = 0 if mc == 0 else (2 * -oc + mc) // (2 * mc)  # round(-oc / mc)
+        c = a * mc + oc
+        if (reach << sc) + 2 * mc >= 2**52 or abs(a) >= 2**52 or abs(c) >= 2**52:
+            return None
+        a0.append(float(a))
+        m_f.append(mc * 2.0**-sc)
+        c_f.append(c * 2.0**-sc)
+    return a0, m_f, c_f
+
+
+def test_the_float_form_is_the_per_channel_reference():
+    """The exact float64 form's parameters, computed for all channels at once,
+    against the same computation channel by channel in Python integers: random
+    channels, zero multipliers, offsets far from zero, shifts up to and past the
+    edge of exactness; the same refusals and the same floats."""
+    rng = np.random.default_rng(5)
+    refused = 0
+    for trial in range(400):
+        n = int(rng.choice([1, 3, 64]))
+        s = rng.integers(0, 54 if trial % 4 == 0 else 40, n)
+        m = rng.integers(0, 2**31, n) >> rng.integers(0, 31, n)
+        m[rng.random(n) < 0.05] = 0
+        off = rng.integers(-(2**62), 2**62, n) >> rng.integers(0, 62, n)
+        lo, hi = (-128, 127) if trial % 2 else (-(2**31), 2**31 - 1)
+        r = requantizer.Requantizer(
+            [1], [1], 0, lo, hi, ndim=1, axis=None, mode="half_even", acc_bound=1
+        )
+        got = r._float_form(m, s, off)
+        want = _float_form_reference(m, s, off, max(abs(lo), abs(hi)) + 2)
+        refused += want is None
+        if want is None:
+            assert got is None
+        else:
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, np.array(w))
+    assert 40 < refused < 360  # both answers are exercised
