@@ -8,7 +8,6 @@ into true fixed point with ``qnt.quantize``, ``qnt.dequantize`` and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -145,11 +144,14 @@ class ConstFakeQuantOp(IRDLOperation):
         if len(lo) != len(hi):
             raise VerifyException(f"min has {len(lo)} values, max has {len(hi)}")
         _check_axis(self, self.axis, len(lo))
-        for i, (a, b) in enumerate(zip(lo, hi, strict=True)):
-            if not a <= 0.0 <= b or a == b:
-                raise VerifyException(
-                    f"range [{a}, {b}] (channel {i}) must contain 0 and be non-empty"
-                )
+        a, b = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        bad = np.flatnonzero(~((a <= 0.0) & (0.0 <= b)) | (a == b))
+        if bad.size:
+            i = int(bad[0])
+            raise VerifyException(
+                f"range [{lo[i]}, {hi[i]}] (channel {i}) must contain 0 and be "
+                "non-empty"
+            )
 
 
 class AffineOp(IRDLOperation):
@@ -388,8 +390,9 @@ def set_exact(op: Operation, grids: numerics.Grids) -> None:
 def _scales(attr: Attribute | None, name: str, zero_ok: bool) -> tuple[float, ...]:
     if not (isinstance(attr, DenseArrayBase) and attr.elt_type == f32):
         raise VerifyException(f"{EXACT} {name} must be an array<f32: ...>")
-    got = tuple(float(v) for v in attr.get_values())
-    ok = all(math.isfinite(v) and (v > 0 or (zero_ok and v == 0)) for v in got)
+    got = attr.get_values()
+    v = np.asarray(got, np.float64)
+    ok = bool(np.all(np.isfinite(v) & ((v > 0) | (zero_ok & (v == 0)))))
     if not got or not ok:
         raise VerifyException(f"{EXACT} {name} scales must be positive and finite")
     return got
@@ -483,13 +486,13 @@ def _fake_quant_grid(op: Operation) -> tuple[tuple[float, ...], int] | None:
             bool(op.narrowRange.value.data),
         )
         scales = np.atleast_1d(scale).astype(np.float32)
-        return tuple(float(v) for v in scales), op.bits.value.data
+        return tuple(scales.tolist()), op.bits.value.data
     if isinstance(op, QuantizeOp | DequantizeOp):
         coded = op.output if isinstance(op, QuantizeOp) else op.input
         element = tensor_type(coded).element_type
         if not isinstance(element, IntegerType):
             return None
-        return tuple(float(v) for v in op.scales.get_values()), element.width.data
+        return tuple(op.scales.get_values()), element.width.data
     return None
 
 
@@ -551,7 +554,7 @@ def _grid_text(found) -> str:
 
 
 def _on(scales: tuple[float, ...], bits: int, found) -> bool:
-    want = tuple(float(np.float32(v)) for v in scales)
+    want = tuple(np.asarray(scales, np.float64).astype(np.float32).tolist())
     return isinstance(found, tuple) and found == (want, bits)
 
 
