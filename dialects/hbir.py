@@ -202,9 +202,10 @@ def _expect_shape(op: IRDLOperation, rule, *args) -> None:
 
 
 def _same_element_types(op: IRDLOperation, *values: SSAValue) -> None:
-    types = {str(tensor_type(v).element_type) for v in values}
+    types = {tensor_type(v).element_type for v in values}
     if len(types) > 1:
-        raise VerifyException(f"element types differ: {', '.join(sorted(types))}")
+        names = sorted(str(t) for t in types)  # (printing is slow: only here)
+        raise VerifyException(f"element types differ: {', '.join(names)}")
 
 
 UNARY_FORMAT = "$input attr-dict `:` type($output)"
