@@ -1,10 +1,14 @@
 """``hbir doctor`` as a user runs it: files in, one screen out, report files."""
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from types import SimpleNamespace
 
 import profiler_faults as faults
 import pytest
@@ -12,17 +16,40 @@ import torch
 import zoo_stages
 
 import hbir
+from hbir.tools import hbir_cli
 
 ROOT = Path(__file__).parents[2]
 
 
-def _doctor(*args):
+def _doctor_process(*args) -> subprocess.CompletedProcess:
+    """``hbir doctor`` as a process of its own, from the repository root."""
     return subprocess.run(
         [sys.executable, "-m", "hbir.tools.hbir_cli", "doctor", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
+
+
+def _cli(*args) -> SimpleNamespace:
+    """``hbir ARGS`` as the command line runs it (``hbir_cli.main``, from the
+    repository root), in this process: its exit status and what it printed.
+    Each process of its own would first spend ~6 s importing torch, numba and
+    xDSL; ``test_doctor_on_an_unfaulted_model_exits_0`` runs one."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), redirect_stdout(out), redirect_stderr(err):
+        try:
+            hbir_cli.main([*map(str, args)])
+            status = 0
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else 1
+    return SimpleNamespace(
+        returncode=status, stdout=out.getvalue(), stderr=err.getvalue()
+    )
+
+
+def _doctor(*args) -> SimpleNamespace:
+    return _cli("doctor", *args)
 
 
 def test_doctor_names_the_stage_op_and_cause_of_a_corrupted_constant(tmp_path):
@@ -62,7 +89,8 @@ def test_doctor_on_an_unfaulted_model_exits_0(tmp_path):
     qat, _ = zoo_stages.calibrated("multi_io", tmp_path)
     torch.save(qat, tmp_path / "qat.pt")
     torch.save(faults.data("multi_io"), tmp_path / "data.pt")
-    run = _doctor("--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt")
+    # a process of its own, as a user starts it
+    run = _doctor_process("--qat", tmp_path / "qat.pt", "--data", tmp_path / "data.pt")
     assert run.returncode == 0, run.stderr
     assert "every stage is within its contract" in run.stdout
     assert run.stdout.count("within contract:") == 3
@@ -113,8 +141,8 @@ def test_doctor_asks_for_the_model_of_a_state_dict(tmp_path):
 
 
 def test_doctor_requires_its_files():
-    run = _doctor()
-    assert run.returncode == 1 and "--qat" in run.stderr
+    for run in (_doctor(), _doctor_process()):
+        assert run.returncode == 1 and "--qat" in run.stderr
 
 
 def test_bisect_prints_the_bc_editor_config_of_the_planted_table(tmp_path):
@@ -122,25 +150,17 @@ def test_bisect_prints_the_bc_editor_config_of_the_planted_table(tmp_path):
     torch.save(qat, tmp_path / "qat.pt")
     torch.save(faults.data("transformer", 1), tmp_path / "data.pt")
     hbir.save(qat_bc, tmp_path / "qat.bc")
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hbir.tools.hbir_cli",
-            "bisect",
-            "--qat-bc",
-            str(tmp_path / "qat.bc"),
-            "--data",
-            str(tmp_path / "data.pt"),
-            "--reference",
-            str(tmp_path / "qat.pt"),
-            "--threshold",
-            "1e-3",
-            "--no-convert",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    run = _cli(
+        "bisect",
+        "--qat-bc",
+        tmp_path / "qat.bc",
+        "--data",
+        tmp_path / "data.pt",
+        "--reference",
+        tmp_path / "qat.pt",
+        "--threshold",
+        "1e-3",
+        "--no-convert",
     )
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
