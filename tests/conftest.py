@@ -27,7 +27,7 @@ def _load_shared(name: str, file: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name in ("zoo", "zoo_stages", "lut_reference", "compile_models"):
+for _name in ("zoo", "zoo_stages", "lut_reference", "compile_models", "cli_runs"):
     _load_shared(_name, f"{_name}.py")
 _load_shared("profiler_faults", os.path.join("profiler", "faults.py"))
 

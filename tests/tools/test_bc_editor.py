@@ -1,4 +1,5 @@
-"""bc_editor as a process (and its library call): editing and every bad input."""
+"""bc_editor as its console script runs it (and its library call): editing and every
+bad input."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_runs import run_main
 from zoo_stages import calibrated
 
 import hbir
@@ -16,19 +18,16 @@ from hbir.bc_editor import ConfigError, QatBcEditor, remove_fake_quant
 from hbir.dialects.hbir import is_float
 from hbir.dialects.op_ids import OpIdError, op_ids
 from hbir.quantization import export
+from hbir.tools import bc_editor as bc_editor_tool
 
 FAKE_QUANT_LINE = re.compile(r'^\s*%(\d+) = "?qnt\.const_fake_quant\b')
 OP_LINE = re.compile(r'^\s*%(\d+) = "?([a-z_0-9]+\.[a-z_0-9]+)')
 
 
 def bc_editor(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "hbir.tools.bc_editor", *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-    )
+    """``bc_editor ARGS`` in this process (``cli_runs``; the console script's
+    own process: ``test_dashed_spellings_and_the_console_script``)."""
+    return run_main(bc_editor_tool.main, *args, cwd=cwd)
 
 
 def printed_ops(text: str) -> dict[int, str]:

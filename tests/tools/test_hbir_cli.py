@@ -1,12 +1,9 @@
 """``hbir doctor`` as a user runs it: files in, one screen out, report files."""
 
-import contextlib
-import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +11,7 @@ import profiler_faults as faults
 import pytest
 import torch
 import zoo_stages
+from cli_runs import run_main
 
 import hbir
 from hbir.tools import hbir_cli
@@ -32,20 +30,9 @@ def _doctor_process(*args) -> subprocess.CompletedProcess:
 
 
 def _cli(*args) -> SimpleNamespace:
-    """``hbir ARGS`` as the command line runs it (``hbir_cli.main``, from the
-    repository root), in this process: its exit status and what it printed.
-    Each process of its own would first spend ~6 s importing torch, numba and
-    xDSL; ``test_doctor_on_an_unfaulted_model_exits_0`` runs one."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(ROOT), redirect_stdout(out), redirect_stderr(err):
-        try:
-            hbir_cli.main([*map(str, args)])
-            status = 0
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else 1
-    return SimpleNamespace(
-        returncode=status, stdout=out.getvalue(), stderr=err.getvalue()
-    )
+    """``hbir ARGS`` in this process, from the repository root (``cli_runs``;
+    ``test_doctor_on_an_unfaulted_model_exits_0`` starts a real process)."""
+    return run_main(hbir_cli.main, *args, cwd=ROOT)
 
 
 def _doctor(*args) -> SimpleNamespace:
