@@ -88,8 +88,17 @@ def ints(values: Sequence[int]) -> DenseArrayBase:
     multipliers and shifts npu-tile slices a third of ViT-B/16's compile."""
     data = tuple(int(v) for v in values)
     if not data or (min(data) >= _I64_MIN and max(data) <= _I64_MAX):
+        if len(data) <= 16:  # op ids, shapes, strides: set again by every pass
+            return _short_ints(data)
         return DenseArrayBase(i64, BytesAttr(i64.pack(data)))
     return DenseArrayBase.from_list(i64, list(values))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _short_ints(data: tuple[int, ...]) -> DenseArrayBase:
+    """``ints`` of a short array, one shared attribute per value (as
+    ``i64_attr``)."""
+    return DenseArrayBase(i64, BytesAttr(i64.pack(data)))
 
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
