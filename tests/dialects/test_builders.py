@@ -60,3 +60,21 @@ def test_qnt_builders():
         qnt.ConstFakeQuantOp(x, [-1.0, -1.0], [1.0, 1.0]).verify()
     with pytest.raises(VerifyException, match="scales must be positive"):
         qnt.QuantizeOp(x, si(8), [0.0]).verify()
+
+
+def test_integer_attributes_are_shared_per_value_and_equal_xdsls_own():
+    """``i64_attr`` and short ``ints`` hand out one attribute per value (xDSL
+    verifies each attribute it makes); each equals the attribute xDSL's own
+    constructors make, and long or out-of-range arrays are made as before."""
+    from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, i64
+
+    assert hbir.i64_attr(7) is hbir.i64_attr(7)
+    assert hbir.i64_attr(-(2**63)) == IntegerAttr(-(2**63), i64)
+    short = [3, -1, 2**62]
+    assert hbir.ints(short) is hbir.ints(tuple(short))
+    assert hbir.ints(short) == DenseArrayBase.from_list(i64, short)
+    long = list(range(40))
+    assert hbir.ints(long) == DenseArrayBase.from_list(i64, long)
+    assert hbir.ints(long).get_values() == tuple(long)
+    past = [2**63]  # beyond int64: xDSL's own conversion, as before
+    assert hbir.ints(past) == DenseArrayBase.from_list(i64, past)
