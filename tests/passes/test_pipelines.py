@@ -1,10 +1,8 @@
 """Named phases: export is the 1:1 import plus passes, stoppable after each one."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
+from cli_runs import run_main
 from torch import nn
 from zoo_stages import validated
 
@@ -17,17 +15,14 @@ from hbir.quantization import (
     QuantStub,
     export,
 )
+from hbir.tools import hbir_opt
 
 EXPORT_PASSES = [spec.split("{")[0] for spec in PHASES["export"]]
 
 
 def _opt(*args):
-    return subprocess.run(
-        [sys.executable, "-c", "from hbir.tools.hbir_opt import main; main()", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    """hbir-opt in this process (``cli_runs``; tests/tools start it as a process)."""
+    return run_main(hbir_opt.main, *args)
 
 
 def _asm(module: hbir.Module) -> str:

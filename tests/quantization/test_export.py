@@ -206,16 +206,12 @@ def test_dict_inputs_and_nested_outputs_flatten(tmp_path):
 
 @pytest.mark.slow  # not in the fast tier (docs/testing.md)
 def test_hbir_opt_reads_every_exported_zoo_model(tmp_path):
-    import subprocess
-    import sys
+    from cli_runs import run_main
 
-    def opt(*args):
-        res = subprocess.run(
-            [sys.executable, "-m", "hbir.tools.hbir_opt", *args],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+    from hbir.tools import hbir_opt
+
+    def opt(*args):  # in this process (tests/tools start hbir-opt as a process)
+        res = run_main(hbir_opt.main, *args)
         assert res.returncode == 0, res.stderr
         return res.stdout
 
