@@ -755,3 +755,33 @@ def test_the_float_form_is_the_per_channel_reference():
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_array_equal(g, np.array(w))
     assert 40 < refused < 360  # both answers are exercised
+
+
+def test_table_coefficients_past_the_int64_headroom_are_refused_at_the_edge():
+    """A segmented table's accumulator bound ``|offset| + |slope| (width - 1) +
+    16 |octave_step|`` must stay below 2**62: one coefficient set just below is
+    accepted and one just above refused, the bound decided in exact integers
+    where float64 is too close to call."""
+    import dataclasses
+
+    table = numerics.build_lut("sigmoid", 2**-12, 16, 1 / 127, 8, num_tables=6)
+    end = int(table.starts[0]) + (1 << 16)  # the 16-bit input's codes
+    widths = np.append(table.starts[1:], end) - table.starts
+    limit = numerics._INT64_HEADROOM
+    slope = (limit // 2) // int(widths.max())
+    for extra, refused in ((-1, False), (0, False), (1, True), (2, True)):
+        # every accumulator bound is at most the widest segment's; that one is
+        # set to limit - 1 + extra exactly
+        i = int(np.argmax(widths))
+        slopes = np.zeros_like(table.slopes)
+        slopes[i] = slope
+        offsets = np.zeros_like(table.offsets)
+        offsets[i] = limit - 1 + extra - slope * (int(widths[i]) - 1)
+        make = functools.partial(
+            dataclasses.replace, table, slopes=slopes, offsets=offsets
+        )
+        if refused:
+            with pytest.raises(ValueError, match="overflow int64"):
+                make()
+        else:
+            make()
