@@ -273,7 +273,9 @@ class Requantizer:
         # a = round(-off / m), halves up: -off = q m + r with 0 <= r < m
         q, r = np.divmod(-off, np.maximum(m, 1))
         a = np.where(m == 0, 0, q + (2 * r >= m))
-        c = a * m + off  # |c| <= m / 2
+        # |c| <= m / 2: exact, as int64 arithmetic wraps modulo 2**64 and the
+        # true sum fits (a * m alone may wrap when |off| is near 2**63)
+        c = a * m + off
         if np.any(np.abs(a) >= 2**52) or np.any(np.abs(c) >= 2**52):
             return None
         unit = np.ldexp(1.0, -s)  # 2**-s, exact

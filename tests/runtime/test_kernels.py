@@ -755,6 +755,15 @@ def test_the_float_form_is_the_per_channel_reference():
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_array_equal(g, np.array(w))
     assert 40 < refused < 360  # both answers are exercised
+    # an offset near -2**63, where a * m wraps in int64 but c does not
+    m, s, off = np.array([2**40]), np.array([2]), np.array([-(2**63 - 2**39)])
+    r = requantizer.Requantizer(
+        [1], [1], 0, -128, 127, ndim=1, axis=None, mode="half_even", acc_bound=1
+    )
+    got = r._float_form(m, s, off)
+    want = _float_form_reference(m, s, off, 130)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, np.array(w))
 
 
 def test_table_coefficients_past_the_int64_headroom_are_refused_at_the_edge():

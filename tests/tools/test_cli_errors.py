@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from cli_runs import run_main
 from zoo_stages import calibrated
 
 import hbir
@@ -62,11 +63,9 @@ def three():
 EXPORT = ["export", "--data", "{d}/data.pt", "-o", "{d}/out.bc", "--qat"]
 
 
-def _run(main, args, capsys):
-    with pytest.raises(SystemExit) as stop:
-        main([str(a) for a in args])
-    err = capsys.readouterr().err
-    return stop.value.code, err
+def _run(main, args):
+    res = run_main(main, *args)
+    return res.returncode, res.stderr
 
 
 CASES = {
@@ -240,7 +239,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_mistake_is_one_located_line(files, case, capsys):
+def test_a_mistake_is_one_located_line(files, case):
     main, args, message = CASES[case]
     listing = (files / "model.hbms").read_text()
     # a second constant moved onto the first one's bytes
@@ -248,7 +247,7 @@ def test_a_mistake_is_one_located_line(files, case, capsys):
     second = consts[1].split(" offset ")[1].split(" ")[0]
     moved = consts[1].replace(f" offset {second} ", " offset 4 ", 1)
     (files / "overlap.hbms").write_text(listing.replace(consts[1], moved))
-    code, err = _run(main, [a.format(d=files) for a in args], capsys)
+    code, err = _run(main, [a.format(d=files) for a in args])
     assert code in (1, 2), err
     assert "Traceback" not in err
     assert re.search(message, err), err
@@ -275,7 +274,7 @@ def test_options_out_of_range_are_hbir_errors():
             call()
 
 
-def test_verify_calls_a_damaged_model_hbm_not_bit_identical(files, capsys):
+def test_verify_calls_a_damaged_model_hbm_not_bit_identical(files):
     """A byte flipped inside model.hbm: its checksums fail, so it is not
     bit-identical to quantized.bc (exit 1, naming the damage); a file that is no
     model.hbm at all stays bad input (exit 2)."""
@@ -283,12 +282,10 @@ def test_verify_calls_a_damaged_model_hbm_not_bit_identical(files, capsys):
     data[len(data) // 2] ^= 0xFF
     (files / "flipped.hbm").write_bytes(bytes(data))
     args = ["verify", files / "quantized.bc", files / "flipped.hbm", "-i"]
-    with pytest.raises(SystemExit) as stop:
-        hbir_cli.main([str(a) for a in [*args, files / "x.npy"]])
-    out = capsys.readouterr().out
-    assert stop.value.code == 1
-    assert out.startswith("not bit-identical: ") and "corrupt" in out
+    res = run_main(hbir_cli.main, *args, files / "x.npy")
+    assert res.returncode == 1
+    assert res.stdout.startswith("not bit-identical: ") and "corrupt" in res.stdout
     (files / "text.hbm").write_text("not a model")
     args = ["verify", files / "quantized.bc", files / "text.hbm", "-i"]
-    code, err = _run(hbir_cli.main, [*args, files / "x.npy"], capsys)
+    code, err = _run(hbir_cli.main, [*args, files / "x.npy"])
     assert code == 2 and "text.hbm" in err
