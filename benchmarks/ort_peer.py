@@ -44,10 +44,14 @@ def session(path: str, threads: int = 1):
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-def onnx_files(model, example, calibration: list[np.ndarray], folder: str):
+def onnx_files(
+    model, example, calibration: list[np.ndarray], folder: str, any_batch=False
+):
     """``{"fp32": path, "int8": path}``: ``model`` exported to ONNX in ``folder``,
     and its static QDQ quantization (u8s8, per channel) on ``calibration``, the
-    model every int8 peer runs (``openvino_peer`` reads the same file)."""
+    model every int8 peer runs (``openvino_peer`` reads the same file).
+    ``any_batch``: the input's and output's first dimension is left free (a
+    batch of any size), else it is the example's."""
     import torch
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -74,6 +78,9 @@ def onnx_files(model, example, calibration: list[np.ndarray], folder: str):
         output_names=["output"],
         opset_version=17,
         dynamo=False,
+        dynamic_axes=(
+            {"input": {0: "batch"}, "output": {0: "batch"}} if any_batch else None
+        ),
     )
     # quantize_static logs its advice (pre-processing) as root warnings.
     root = logging.getLogger()
