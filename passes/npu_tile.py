@@ -13,10 +13,12 @@ fewest tiles that each fit:
 * elementwise / rescale / cast / lut / reduce (not over dim 1): the same rows of
   every operand that has them (broadcast operands whole);
 * gemm: rows of its first operand (the weight whole);
-* a conv (not grouped) or linear gemm whose weight does not fit: output-channel
-  tiles, each with its rows of the weight, bias and per-channel requantization
-  (new constants) and the whole input, joined along the channel axis; a channel
-  tile that still does not fit is split into row tiles.
+* a conv or linear gemm whose weight does not fit: output-channel tiles, each
+  with its rows of the weight, bias and per-channel requantization (new
+  constants) and the whole input (a grouped conv: tiles of whole groups, or
+  parts of one group, each reading its groups' input channels through an
+  ``npu.slice``), joined along the channel axis; a channel tile that still does
+  not fit is split into row tiles.
 
 Each tile reads ``npu.slice`` views and the tiles' results are joined by an
 ``npu.concat`` (a view: the tiles write side by side in one buffer); tile ops are
@@ -181,11 +183,40 @@ def _build_tile(op: Operation, axis: int, r0: int, r1: int):
 
 
 def _channel_tileable(op: Operation) -> bool:
-    """A conv (not grouped) or a linear gemm: its output channels (the weight's
-    first axis) can be computed apart."""
+    """A conv or a linear gemm: its output channels (the weight's first axis)
+    can be computed apart (a grouped conv's from its groups' input channels)."""
     if isinstance(op, npu.ConvOp):
-        return op.groups.value.data == 1
+        return True
     return isinstance(op, npu.GemmOp) and bool(op.transpose_b.value.data)
+
+
+def _channel_tilings(op: Operation):
+    """The output-channel tilings of ``op``, fewest tiles first: each a list of
+    tiles ``(c0, c1, k0, k1, groups)``, output channels ``[c0, c1)`` computed
+    from input channels ``[k0, k1)`` as a conv of ``groups`` groups, the
+    largest tile first. An ungrouped conv or a linear gemm: every tile reads
+    the whole input. A grouped conv: tiles of whole groups, each on its
+    groups' input channels; past one group a tile, each group in equal parts,
+    each part on its group's input channels alone (one group)."""
+    channels = shape_of(op.results[0])[-1]
+    cin = shape_of(op.operands[0])[-1]
+    groups = op.groups.value.data if isinstance(op, npu.ConvOp) else 1
+    if groups == 1:
+        for n in range(2, channels + 1):
+            yield [(c0, c1, 0, cin, 1) for c0, c1 in _rows(channels, n)]
+        return
+    per_out, per_in = channels // groups, cin // groups
+    for n in range(2, groups + 1):
+        yield [
+            (g0 * per_out, g1 * per_out, g0 * per_in, g1 * per_in, g1 - g0)
+            for g0, g1 in _rows(groups, n)
+        ]
+    for n in range(2, per_out + 1):
+        yield [
+            (g * per_out + c0, g * per_out + c1, g * per_in, (g + 1) * per_in, 1)
+            for g in range(groups)
+            for c0, c1 in _rows(per_out, n)
+        ]
 
 
 def _per_channel(attr, c0: int, c1: int):
@@ -206,45 +237,56 @@ def _constant_rows(value: SSAValue, c0: int, c1: int, at: Operation) -> SSAValue
     return c.output
 
 
-def _channel_tile_types(op: Operation, c: int) -> list[TensorType]:
-    """The types a tile of ``c`` output channels works on."""
+def _channel_tile_types(op: Operation, tile: tuple) -> list[TensorType]:
+    """The types a tile ``(c0, c1, k0, k1, groups)`` works on: its input
+    channels, its rows of the weight and bias, its output channels."""
+    c0, c1, k0, k1, _ = tile
+    x = op.operands[0].type
     axis = len(shape_of(op.results[0])) - 1
-    types = [op.operands[0].type]
-    types += [_with_rows(v.type, 0, c) for v in op.operands[1:]]
-    return types + [_with_rows(op.results[0].type, axis, c)]
+    types = [_with_rows(x, len(shape_of(op.operands[0])) - 1, k1 - k0)]
+    types += [_with_rows(v.type, 0, c1 - c0) for v in op.operands[1:]]
+    return types + [_with_rows(op.results[0].type, axis, c1 - c0)]
 
 
 def tile_channels(op: Operation, limit: int, align: int) -> int:
-    """Split a conv / linear whose weight does not fit into output-channel tiles:
-    each reads the whole input and its channels' weight rows, bias and
-    requantization; the tiles are joined along the channel axis. A tile that
-    still does not fit is then split into row tiles. The count (1: not done)."""
+    """Split a conv / linear whose weight does not fit into output-channel tiles
+    (``_channel_tilings``): each reads its input channels (a grouped conv's
+    groups: an ``npu.slice``; else the whole input) and its channels' weight
+    rows, bias and requantization; the tiles are joined along the channel
+    axis. A tile that still does not fit is then split into row tiles. The
+    count (1: not done)."""
     if not _channel_tileable(op) or not all(
         isinstance(v.owner, npu.ConstantOp) for v in op.operands[1:]
     ):
         return 1
-    out = shape_of(op.results[0])
-    axis, channels = len(out) - 1, out[-1]
-    for n in range(2, channels + 1):
-        ranges = _rows(channels, n)
-        c = ranges[0][1] - ranges[0][0]
-        params = sum(
-            npu.aligned_bytes(t, align) for t in _channel_tile_types(op, c)[1:-1]
-        )
-        whole = sum(npu.aligned_bytes(t, align) for t in _channel_tile_types(op, c))
+    for tiling in _channel_tilings(op):
+        types = _channel_tile_types(op, tiling[0])
+        params = sum(npu.aligned_bytes(t, align) for t in types[1:-1])
+        whole = sum(npu.aligned_bytes(t, align) for t in types)
         if whole <= limit or (_tileable(op) is not None and 2 * params <= limit):
             break
     else:
         return 1
+    x, cin = op.operands[0], shape_of(op.operands[0])[-1]
+    axis = len(shape_of(op.results[0])) - 1
     tiles = []
-    for i, (c0, c1) in enumerate(ranges):
-        operands = [op.operands[0]]
+    for i, (c0, c1, k0, k1, groups) in enumerate(tiling):
+        read = x
+        if (k0, k1) != (0, cin):  # its groups' input channels
+            s = _slice(x, len(shape_of(x)) - 1, k0, k1)
+            s.location = op.location
+            npu.set_origin(s, npu.origin(op))
+            Rewriter.insert_op(s, InsertPoint.before(op))
+            read = s.output
+        operands = [read]
         operands += [_constant_rows(v, c0, c1, op) for v in op.operands[1:]]
         props = dict(op.properties)
         for key in ("multiplier", "shift"):
             sliced = _per_channel(props.get(key), c0, c1)
             if sliced is not None:
                 props[key] = sliced
+        if isinstance(op, npu.ConvOp):
+            props["groups"] = i64_attr(groups)
         t = type(op).create(
             operands=operands,
             result_types=[_with_rows(op.results[0].type, axis, c1 - c0)],
@@ -252,7 +294,7 @@ def tile_channels(op: Operation, limit: int, align: int) -> int:
             attributes=dict(op.attributes),
         )
         t.location = op.location
-        t.attributes[npu.ATTR_TILE] = ints([i, len(ranges)])
+        t.attributes[npu.ATTR_TILE] = ints([i, len(tiling)])
         npu.set_value_of(t, None)  # a tile is part of the value
         Rewriter.insert_op(t, InsertPoint.before(op))
         tiles.append(t)
@@ -273,7 +315,7 @@ def tile_channels(op: Operation, limit: int, align: int) -> int:
     for t in tiles:
         if npu.working_set(t, align) > limit:
             tile_op(t, limit, align)
-    return len(ranges)
+    return len(tiling)
 
 
 def _discard(built) -> None:

@@ -27,6 +27,8 @@ import hbir
 from hbir import diagnostics
 from hbir.compile import compile_passes, lower_to_npu, run_passes
 from hbir.dialects import make_context, npu
+from hbir.hbm import container
+from hbir.hbm.emit import emit
 from hbir.passes.npu_lower import CompileError
 from hbir.passes.npu_tile import NpuTilePass
 from hbir.quantization import DeQuantStub, QuantStub, export
@@ -169,6 +171,86 @@ def test_layers_that_do_not_fit_sram_are_tiled_bit_identically(tmp_path):
     assert attrs["npu.sram_peak_bytes"].value.data <= limit
     x = torch.randn(1, 3, 192, 192).numpy()
     assert np.array_equal(quantized["forward"](x), compiled["forward"](x))
+
+
+class GroupedConvs(nn.Module):
+    """Grouped 3x3 convs whose weights are larger than a small SRAM (ResNeSt's
+    radix convs at its last stage: 2.4 MB of weight in two groups), then a
+    depthwise conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.radix = nn.Conv2d(32, 64, 3, padding=1, groups=2)
+        self.cardinal = nn.Conv2d(64, 64, 3, padding=1, groups=4)
+        self.depthwise = nn.Conv2d(64, 64, 3, padding=1, groups=64)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        x = F.relu(self.radix(self.quant(x)))
+        return self.dequant(self.depthwise(F.relu(self.cardinal(x))))
+
+
+@pytest.mark.parametrize(("sram", "within_a_group"), [(8_000, False), (6_000, True)])
+def test_grouped_convs_past_sram_tile_by_groups_bit_identically(
+    sram, within_a_group, tmp_path
+):
+    """A grouped conv whose weight does not fit splits into tiles of whole
+    groups (each on its groups' input channels) or, where one group's weight
+    does not fit either, into parts of each group (each a conv of one group);
+    the program computes the same numbers, through model.hbm too."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(1, 32, 8, 8) for _ in range(2)]
+    qat = validated(GroupedConvs(), inputs, tmp_path)
+    quantized = hbir.convert(export(qat, (inputs[0],)), "nash-e")
+    fused = quantized.clone()
+    ctx = make_context()
+    for p in compile_passes("nash-e", stop="npu-fuse"):
+        p.apply(ctx, fused.module.op)
+    convs = [op for op in fused.module.op.walk() if isinstance(op, npu.ConvOp)]
+    assert all(npu.working_set(op, 16) > sram for op in convs)  # none fits whole
+    tiled = fused.clone()
+    NpuTilePass(sram_bytes=sram).apply(ctx, tiled.module.op)
+    npu.verify_sram(tiled.module.op)
+    diagnostics.verify(tiled.module.op, filename="tiled")
+    joins = [  # the channel joins of the grouped convs, in order
+        op
+        for op in tiled.module.op.walk()
+        if isinstance(op, npu.ConcatOp)
+        and op.dim.value.data == 3
+        and all(isinstance(v.owner, npu.ConvOp) for v in op.operands)
+    ]
+    convs = [(2, 32), (4, 16), (64, 1)]  # (groups, output channels a group)
+    assert len(joins) >= 2  # (the depthwise conv's weight may fit whole)
+    for join, (groups, per_group) in zip(joins, convs, strict=False):
+        tiles = [v.owner for v in join.operands]
+        widths = [shape_of_last(t) for t in tiles]
+        assert sum(widths) == 64
+        for t in tiles:  # each reads its groups' input channels
+            assert isinstance(t.input.owner, npu.SliceOp)
+        if within_a_group and groups == 2:  # one group's weight does not fit
+            assert all(t.groups.value.data == 1 for t in tiles)
+            assert max(widths) < per_group
+        else:  # tiles of whole groups, each a conv of its groups
+            for t, w in zip(tiles, widths, strict=True):
+                assert w % per_group == 0
+                assert t.groups.value.data == w // per_group
+    x = [torch.randn(1, 32, 8, 8).numpy()]
+    want = _outputs(quantized["forward"], x)
+    for w, g in zip(want, _outputs(tiled["forward"], x), strict=True):
+        assert np.array_equal(w, g)
+    rest = [p.name for p in compile_passes("nash-e")]
+    for p in compile_passes("nash-e")[rest.index("npu-tile") + 1 :]:
+        p.apply(ctx, tiled.module.op)
+    path = tmp_path / "model.hbm"
+    container.write(emit(tiled, quantized), path)
+    for w, g in zip(want, _outputs(hbir.load(path)["forward"], x), strict=True):
+        assert np.array_equal(w, g)
+
+
+def shape_of_last(op) -> int:
+    """The output channels of a conv."""
+    return op.results[0].type.get_shape()[-1]
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)

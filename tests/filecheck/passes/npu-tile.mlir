@@ -52,6 +52,28 @@ builtin.module attributes {hbir.march = "nash-e"} {
 
 // -----
 
+// Positive: a grouped conv whose weight alone is larger than SRAM (no row tile
+// fits) is split into tiles of whole groups, each a conv of its groups (here
+// one: groups = 1, the default, not printed) on its groups' input channels
+// (an npu.slice along the channel axis), with its weight rows.
+// CHECK-LABEL: func.func @grouped
+// CHECK-NEXT:    %[[X0:.*]] = npu.slice %x {begin = array<i64: 0, 0, 0, 0>, end = array<i64: 1, 2, 2, 8>, step = array<i64: 1, 1, 1, 1>} : tensor<1x2x2x16xsi8> -> tensor<1x2x2x8xsi8>
+// CHECK-NEXT:    %[[W0:.*]] = npu.constant dense<1> : tensor<16x3x3x8xsi8>
+// CHECK-NEXT:    %[[T0:.*]] = npu.conv %[[X0]], %[[W0]] {npu.tile = array<i64: 0, 2>, stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, multiplier = array<i64: 1073741824>, shift = array<i64: 34>} : (tensor<1x2x2x8xsi8>, tensor<16x3x3x8xsi8>) -> tensor<1x2x2x16xsi8>
+// CHECK-NEXT:    %[[X1:.*]] = npu.slice %x {begin = array<i64: 0, 0, 0, 8>, end = array<i64: 1, 2, 2, 16>
+// CHECK-NEXT:    %[[W1:.*]] = npu.constant dense<1> : tensor<16x3x3x8xsi8>
+// CHECK-NEXT:    %[[T1:.*]] = npu.conv %[[X1]], %[[W1]] {npu.tile = array<i64: 1, 2>,
+// CHECK-NEXT:    %y = npu.concat %[[T0]], %[[T1]] {dim = 3 : i64} : (tensor<1x2x2x16xsi8>, tensor<1x2x2x16xsi8>) -> tensor<1x2x2x32xsi8>
+builtin.module attributes {hbir.march = "nash-e"} {
+  func.func @grouped(%x: tensor<1x2x2x16xsi8>) -> tensor<1x2x2x32xsi8> {
+    %w = npu.constant dense<1> : tensor<32x3x3x8xsi8>
+    %y = npu.conv %x, %w {stride = array<i64: 1, 1>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, groups = 2 : i64, multiplier = array<i64: 1073741824>, shift = array<i64: 34>} : (tensor<1x2x2x16xsi8>, tensor<32x3x3x8xsi8>) -> tensor<1x2x2x32xsi8>
+    func.return %y : tensor<1x2x2x32xsi8>
+  }
+}
+
+// -----
+
 // Invalid: a gemm whose weight for one output channel is larger than SRAM fits
 // neither row nor channel tiles.
 // CHECK: npu-tile: 'npu.gemm' needs {{[0-9]+}} bytes of SRAM at once, the march has 2048 (no row tiling makes it fit)
