@@ -6,10 +6,11 @@ with the channel alignment (``npu.working_set``); the march's SRAM
 overrides it) bounds it. An op that does not fit is split along its rows into the
 fewest tiles that each fit:
 
-* conv / max pool (NHWC): output rows ``[r0, r1)`` read input rows
-  ``[r0*s - pad, (r1-1)*s - pad + d*(k-1) + 1)`` (the halo), clamped to the
-  input; the clamped part becomes the tile's own padding
-  (``padding = [top, left, bottom, right]``);
+* conv / pool (NHWC; a pool not in ceil mode): output rows ``[r0, r1)`` read
+  input rows ``[r0*s - pad, (r1-1)*s - pad + d*(k-1) + 1)`` (the halo),
+  clamped to the input; the clamped part becomes the tile's own padding
+  (``padding = [top, left, bottom, right]``; an average pool's windows count
+  against it as against the whole pool's, ``numerics.avg_pool_counts``);
 * elementwise / rescale / cast / lut / reduce (not over dim 1): the same rows of
   every operand that has them (broadcast operands whole);
 * gemm: rows of its first operand (the weight whole);
@@ -117,11 +118,8 @@ def _tileable(op: Operation) -> int | None:
         return None
     if isinstance(op, npu.ConvOp):
         return 1
-    if isinstance(op, npu.PoolOp):
-        unpadded = not any(op.padding.get_values())
-        if not op.ceil_mode.value.data and (op.kind.data == "max" or unpadded):
-            return 1
-        return None
+    if isinstance(op, npu.PoolOp):  # (ceil mode's last window: not tiled)
+        return None if op.ceil_mode.value.data else 1
     if isinstance(op, npu.TransposeOp):
         return 1
     if isinstance(op, npu.GemmOp):

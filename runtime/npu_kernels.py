@@ -317,12 +317,10 @@ def pool(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
             xt, kernel, stride, padding, f["dilation"], f["ceil_mode"]
         )
     else:
-        t, lf, b, r = padding
-        if (t, lf) != (b, r):
-            raise interp.InterpreterError("average pool padding must be symmetric")
         y = numerics.average_pool(
-            xt, kernel, stride, (t, lf), f["count_include_pad"], tuple(out[0][1:3])
-        )
+            xt, kernel, stride, tuple(padding), f["count_include_pad"],
+            tuple(out[0][1:3]),
+        )  # fmt: skip
         y = integer_ops.saturate(y, f["acc_bits"])
     return post_process(f, np.transpose(y, _NHWC), out[1], into=into)
 

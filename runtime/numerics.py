@@ -837,11 +837,16 @@ def avg_pool_counts(
 ) -> np.ndarray:
     """The ``(Ho, Wo)`` element count of each window, as torch's ``avg_pool2d``
     counts it: with ``include_pad`` the window may cover the padding but not the
-    ceil-mode overhang past it; without, only real input elements count."""
+    ceil-mode overhang past it; without, only real input elements count.
+    ``padding`` is ``(top, left)`` or ``(top, left, bottom, right)`` (a row
+    tile's own: the bottom / right padding bounds the padded input there)."""
     extents = []
-    for size, out, k, s, p in zip(in_hw, out_hw, kernel, stride, padding, strict=True):
+    before, after = padding[:2], (padding[2:] or padding[:2])
+    for size, out, k, s, p, q in zip(
+        in_hw, out_hw, kernel, stride, before, after, strict=True
+    ):
         start = np.arange(out, dtype=np.int64) * s - p
-        end = np.minimum(start + k, size + p)
+        end = np.minimum(start + k, size + q)
         if not include_pad:
             start, end = np.maximum(start, 0), np.minimum(end, size)
         extents.append(end - start)
@@ -856,7 +861,8 @@ def avg_pool_sums(
     out_hw: tuple[int, int],
 ) -> np.ndarray:
     """Exact int64 window sums of NCHW codes (zero padding; ``out_hw`` fixes the
-    ceil-mode overhang, whose missing elements count as zeros)."""
+    ceil-mode overhang, whose missing elements count as zeros); ``padding`` is
+    ``(top, left)`` or ``(top, left, bottom, right)``, the sums the same."""
     q = np.asarray(q, np.int64)
     need = [(o - 1) * s + k for o, s, k in zip(out_hw, stride, kernel, strict=True)]
     padded = np.zeros(q.shape[:2] + tuple(need), np.int64)
@@ -878,7 +884,8 @@ def average_pool(
     out_hw: tuple[int, int],
 ) -> np.ndarray:
     """The integer ``hbir.avg_pool2d``: each exact window sum divided once by its
-    element count, half to even (int64)."""
+    element count, half to even (int64). ``padding``: ``(top, left)``, or a row
+    tile's own ``(top, left, bottom, right)`` (``avg_pool_counts``)."""
     sums = avg_pool_sums(q, kernel, stride, padding, out_hw)
     counts = avg_pool_counts(q.shape[2:], out_hw, kernel, stride, padding, include_pad)
     return divide_round(sums, counts, HALF_EVEN)

@@ -98,14 +98,7 @@ class Boundary(nn.Module):
 # (model, level) cases compile refuses, each with what its refusal must say (a
 # regex): the contract rows up to quantized.bc still hold; a fix shows as a
 # failing test, which is when the entry goes.
-COMPILE_REFUSED: dict[tuple[str, int | None], str] = {
-    # at the default level's batch of 5: an average pool (3x3, padding 1,
-    # count_include_pad=False) whose working set is above the march's SRAM, and
-    # npu-tile tiles no padded average pool (by rows or by batch); batch 1 fits
-    ("efficientformer_l1", None): (
-        r"'npu\.pool' needs \d+ bytes of SRAM at once, the march has"
-    ),
-}
+COMPILE_REFUSED: dict[tuple[str, int | None], str] = {}
 
 
 def reestimate_batch_norms(model: nn.Module, batches) -> None:

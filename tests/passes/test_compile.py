@@ -30,7 +30,7 @@ from hbir.dialects import make_context, npu
 from hbir.hbm import container
 from hbir.hbm.emit import emit
 from hbir.passes.npu_lower import CompileError
-from hbir.passes.npu_tile import NpuTilePass
+from hbir.passes.npu_tile import NpuTilePass, tile_op
 from hbir.quantization import DeQuantStub, QuantStub, export
 
 PASSES = [p.name for p in compile_passes("nash-e")]
@@ -245,6 +245,45 @@ def test_grouped_convs_past_sram_tile_by_groups_bit_identically(
     path = tmp_path / "model.hbm"
     container.write(emit(tiled, quantized), path)
     for w, g in zip(want, _outputs(hbir.load(path)["forward"], x), strict=True):
+        assert np.array_equal(w, g)
+
+
+class PaddedAveragePools(nn.Module):
+    """EfficientFormer's token mixer: padded 3x3 average pools, counting the
+    padding and not."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = QuantStub()
+        self.without = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.with_pad = nn.AvgPool2d(3, 2, 1, count_include_pad=True)
+        self.dequant = DeQuantStub()
+
+    def forward(self, x):
+        x = self.quant(x)
+        return self.dequant(self.with_pad(self.without(x) - x))
+
+
+def test_padded_average_pools_past_sram_tile_by_rows_bit_identically(tmp_path):
+    """Each row tile of a padded average pool has its own padding (the top
+    tile the top's, the bottom tile the bottom's, halo rows between), and its
+    windows count as the whole pool's do."""
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 16, 24, 20) for _ in range(2)]
+    qat = validated(PaddedAveragePools(), inputs, tmp_path)
+    quantized = hbir.convert(export(qat, (inputs[0],)), "nash-e")
+    tiled, ctx = quantized.clone(), make_context()
+    for p in compile_passes("nash-e", stop="npu-fuse"):
+        p.apply(ctx, tiled.module.op)
+    for op in [o for o in tiled.module.op.walk() if isinstance(o, npu.PoolOp)]:
+        assert tile_op(op, npu.working_set(op, 16) // 3, 16) > 2  # (npu-tile's)
+    pools = [op for op in tiled.module.op.walk() if isinstance(op, npu.PoolOp)]
+    tops = {op.padding.get_values()[0] for op in pools}
+    assert all(npu.ATTR_TILE in op.attributes for op in pools) and tops == {0, 1}
+    x = [torch.randn(2, 16, 24, 20).numpy()]
+    for w, g in zip(
+        _outputs(quantized["forward"], x), _outputs(tiled["forward"], x), strict=True
+    ):
         assert np.array_equal(w, g)
 
 

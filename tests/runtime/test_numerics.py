@@ -562,6 +562,40 @@ def test_avg_pool_counts_match_torch_on_a_ones_image():
         np.testing.assert_array_equal(counts, np.rint((sums / avg)[0, 0].numpy()))
 
 
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "include"),
+    [(k, s, p, i) for k, s, p, ceil, i in POOLS if not ceil]
+    + [((3, 3), (1, 1), (1, 1), False)],
+)
+@pytest.mark.parametrize("tiles", [2, 3, 5])
+def test_average_pool_row_tiles_with_their_own_padding_join_to_the_whole(
+    kernel, stride, padding, include, tiles
+):
+    """Output rows [r0, r1) from input rows [lo, hi) (the halo) with the tile's
+    own (top, left, bottom, right) padding: what npu-tile gives a padded
+    average pool. The tiles, joined, are the whole pool, counts included."""
+    rng = np.random.default_rng(1)
+    q = rng.integers(-128, 128, (2, 3, 13, 9))
+    out_hw = torch.nn.functional.avg_pool2d(
+        torch.zeros(1, 1, 13, 9), kernel, stride, padding
+    ).shape[2:]
+    whole = numerics.average_pool(q, kernel, stride, padding, include, out_hw)
+    (kh, _), (sh, _), (t, lf) = kernel, stride, padding
+    step = -(-out_hw[0] // tiles)
+    parts = []
+    for r0 in range(0, out_hw[0], step):
+        r1 = min(r0 + step, out_hw[0])
+        start, end = r0 * sh - t, (r1 - 1) * sh - t + kh
+        lo, hi = max(start, 0), min(end, 13)
+        own = (lo - start, lf, end - hi, lf)
+        parts.append(
+            numerics.average_pool(
+                q[:, :, lo:hi], kernel, stride, own, include, (r1 - r0, out_hw[1])
+            )
+        )
+    np.testing.assert_array_equal(np.concatenate(parts, axis=2), whole)
+
+
 @pytest.mark.parametrize("bits", [8, 16])
 @pytest.mark.parametrize("kernel", [(2, 2), (3, 3), (7, 7), (1, 64)])
 def test_avg_pool_fine_grid_keeps_the_extreme_window_sum_in_32_bits(bits, kernel):
