@@ -90,15 +90,16 @@ def ints(values: Sequence[int]) -> DenseArrayBase:
     if not data or (min(data) >= _I64_MIN and max(data) <= _I64_MAX):
         if len(data) <= 16:  # op ids, shapes, strides: set again by every pass
             return _short_ints(data)
-        return DenseArrayBase(i64, BytesAttr(i64.pack(data)))
+        return _packed_ints(data)
     return DenseArrayBase.from_list(i64, list(values))
 
 
-@functools.lru_cache(maxsize=1 << 14)
-def _short_ints(data: tuple[int, ...]) -> DenseArrayBase:
-    """``ints`` of a short array, one shared attribute per value (as
-    ``i64_attr``)."""
+def _packed_ints(data: tuple[int, ...]) -> DenseArrayBase:
     return DenseArrayBase(i64, BytesAttr(i64.pack(data)))
+
+
+# ``ints`` of a short array: one shared attribute per value (as ``i64_attr``)
+_short_ints = functools.lru_cache(maxsize=1 << 14)(_packed_ints)
 
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1

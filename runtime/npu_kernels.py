@@ -317,10 +317,9 @@ def pool(f: Fields, out: Out, x, *, into=None) -> np.ndarray:
             xt, kernel, stride, padding, f["dilation"], f["ceil_mode"]
         )
     else:
-        y = numerics.average_pool(
-            xt, kernel, stride, tuple(padding), f["count_include_pad"],
-            tuple(out[0][1:3]),
-        )  # fmt: skip
+        window = (kernel, stride, tuple(padding))  # (a row tile's four sides)
+        include, out_hw = f["count_include_pad"], tuple(out[0][1:3])
+        y = numerics.average_pool(xt, *window, include, out_hw)
         y = integer_ops.saturate(y, f["acc_bits"])
     return post_process(f, np.transpose(y, _NHWC), out[1], into=into)
 
